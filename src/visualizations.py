@@ -1,0 +1,223 @@
+"""Attention plots and their text alternative.
+
+Every function returns a matplotlib Figure (or a string) and never calls
+plt.show(): a notebook displays the returned figure, a script saves it.
+Colours use "cividis", designed to read the same with the common forms of
+colour blindness and in greyscale; every heatmap also writes its values in
+the cells, so no reading depends on colour alone.
+
+Shape legend: H heads, L queries (rows), S keys (columns).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from matplotlib.figure import Figure
+
+__all__ = [
+    "attention_table",
+    "plot_attention",
+    "plot_heads",
+    "plot_scaling_effect",
+    "top_keys",
+]
+
+CMAP = "cividis"
+
+
+def _to_matrix(weights, name="weights", ndim=2) -> np.ndarray:
+    """numpy/torch/list -> float64 array with ``ndim`` dims (leading 1s dropped)."""
+    if weights is None:
+        raise ValueError(f"{name}: expected an array of attention weights, got None")
+    if hasattr(weights, "detach"):
+        weights = weights.detach().cpu().numpy()
+    try:
+        arr = np.asarray(weights, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{name}: expected a numeric array, got {type(weights).__name__}"
+        ) from None
+    while arr.ndim > ndim and arr.shape[0] == 1:
+        arr = arr[0]
+    if arr.ndim != ndim:
+        want = "[L, S] or [1, L, S]" if ndim == 2 else "[H, L, S] or [1, H, L, S]"
+        raise ValueError(f"{name}: expected shape {want}, got {list(np.shape(weights))}")
+    return arr
+
+
+def _labels(tokens, n, axis):
+    if tokens is None:
+        return [str(i) for i in range(n)]
+    tokens = [str(t) for t in tokens]
+    if len(tokens) != n:
+        raise ValueError(
+            f"tokens: expected {n} labels for the {axis} of the matrix, got {len(tokens)}"
+        )
+    return tokens
+
+
+def _heatmap(ax, mat, rows, cols, vmin, vmax, annotate, cmap):
+    import matplotlib as mpl
+
+    im = ax.imshow(mat, cmap=cmap, vmin=vmin, vmax=vmax, aspect="equal")
+    ax.set_xticks(range(len(cols)), labels=cols, rotation=45, ha="right")
+    ax.set_yticks(range(len(rows)), labels=rows)
+    ax.set_xlabel("key (attended to)")
+    ax.set_ylabel("query (attending)")
+    if annotate:
+        colormap = mpl.colormaps[cmap]
+        span = (vmax - vmin) or 1.0
+        for i in range(mat.shape[0]):
+            for j in range(mat.shape[1]):
+                r, g, b, _ = colormap((mat[i, j] - vmin) / span)
+                # Dark text on light cells, light text on dark cells.
+                light_cell = 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.5
+                ax.text(j, i, f"{mat[i, j]:.2f}", ha="center", va="center",
+                        fontsize=8, color="black" if light_cell else "white")
+    return im
+
+
+def plot_attention(weights, tokens=None, *, key_tokens=None, title=None,
+                   annotate=True, cmap=CMAP, vmin=None, vmax=None,
+                   value_label="attention weight") -> Figure:
+    """Heatmap of one attention matrix: rows are queries, columns keys.
+
+    Accepts numpy arrays or torch tensors of shape [L, S] or [1, L, S]
+    (e.g. the lesson's [1, 6, 6] ``attention_weights``); scores work too
+    (set ``value_label``). ``tokens`` label the queries and, unless
+    ``key_tokens`` is given, the keys. The colour scale runs from
+    min(0, data) to the data's maximum unless ``vmin``/``vmax`` are given.
+
+    Returns:
+        A matplotlib Figure with one heatmap, values written in the cells,
+        a colour bar and a title.
+    """
+    mat = _to_matrix(weights)
+    rows = _labels(tokens, mat.shape[0], "rows (queries)")
+    cols = _labels(key_tokens if key_tokens is not None else tokens,
+                   mat.shape[1], "columns (keys)")
+    finite = mat[np.isfinite(mat)]
+    lo = vmin if vmin is not None else min(0.0, finite.min(initial=0.0))
+    top = finite.max() if finite.size else 1.0
+    hi = vmax if vmax is not None else max(top, lo + 1e-12)
+    size = max(4.0, 0.6 * max(mat.shape) + 2)
+    fig = Figure(figsize=(size + 1.2, size))
+    ax = fig.add_subplot()
+    im = _heatmap(ax, mat, rows, cols, lo, hi, annotate, cmap)
+    fig.colorbar(im, ax=ax, label=value_label)
+    ax.set_title(title or "Attention weights (row = query, column = key)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_heads(weights, tokens=None, *, title=None, annotate=True,
+               cmap=CMAP, ncols=None) -> Figure:
+    """One heatmap per head, on a shared colour scale.
+
+    Accepts [H, L, S] or [1, H, L, S] (numpy or torch), e.g. the
+    ``(B, H, L, L)`` weights of ``SelfAttention`` for one sentence.
+    """
+    heads = _to_matrix(weights, ndim=3)
+    n_heads, L, S = heads.shape
+    rows = _labels(tokens, L, "rows (queries)")
+    cols = _labels(tokens, S, "columns (keys)")
+    ncols = ncols or min(n_heads, 4)
+    nrows = math.ceil(n_heads / ncols)
+    cell = max(3.0, 0.5 * max(L, S) + 1.5)
+    fig = Figure(figsize=(cell * ncols + 1.2, cell * nrows + 0.6))
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    finite = heads[np.isfinite(heads)]
+    lo = min(0.0, finite.min(initial=0.0))
+    hi = max(finite.max() if finite.size else 1.0, lo + 1e-12)
+    im = None
+    for h, ax in enumerate(axes.flat):
+        if h >= n_heads:
+            ax.set_axis_off()
+            continue
+        im = _heatmap(ax, heads[h], rows, cols, lo, hi, annotate, cmap)
+        ax.set_title(f"head {h}")
+    fig.colorbar(im, ax=axes.ravel().tolist(), label="attention weight")
+    fig.suptitle(title or f"Attention weights of {n_heads} heads")
+    return fig
+
+
+def plot_scaling_effect(d_k: int = 64, n_keys: int = 6, n_samples: int = 2000,
+                        seed: int = 0) -> Figure:
+    """Why scores are divided by sqrt(d_k).
+
+    Left: the spread of q . k for random unit-variance q, k of size d_k,
+    raw (variance d_k) and scaled by 1/sqrt(d_k) (variance 1). Right: the
+    mean largest softmax weight of a row of ``n_keys`` scores as d_k grows:
+    unscaled rows saturate towards one-hot (vanishing gradients), scaled
+    rows do not. Deterministic for a given ``seed``.
+    """
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((n_samples, d_k))
+    k = rng.standard_normal((n_samples, d_k))
+    raw = np.einsum("nd,nd->n", q, k)  # (n_samples,)
+    scaled = raw / math.sqrt(d_k)
+
+    dims = np.array([1, 4, 16, 64, 256, 1024])
+    max_raw, max_scaled = [], []
+    for d in dims:
+        s = (rng.standard_normal((n_samples // 4, 1, d))
+             @ rng.standard_normal((n_samples // 4, d, n_keys)))[:, 0]  # (n, S)
+        for out, vals in ((max_raw, s), (max_scaled, s / math.sqrt(d))):
+            e = np.exp(vals - vals.max(axis=1, keepdims=True))
+            out.append((e / e.sum(axis=1, keepdims=True)).max(axis=1).mean())
+
+    fig = Figure(figsize=(11, 4))
+    left, right = fig.subplots(1, 2)
+    bins = np.linspace(raw.min(), raw.max(), 60)
+    left.hist(raw, bins=bins, alpha=0.6, color="#b2182b",
+              label=f"q·k (std {raw.std():.1f} ≈ √{d_k})")
+    left.hist(scaled, bins=bins, alpha=0.8, color="#2166ac",
+              label=f"q·k / √{d_k} (std {scaled.std():.2f})")
+    left.set_xlabel("score")
+    left.set_ylabel("count")
+    left.set_title(f"Spread of dot-product scores, d_k = {d_k}")
+    left.legend()
+    right.plot(dims, max_raw, "o-", color="#b2182b", label="softmax(q·k)")
+    right.plot(dims, max_scaled, "s--", color="#2166ac", label="softmax(q·k / √d_k)")
+    right.axhline(1 / n_keys, color="grey", lw=0.8, ls=":", label="uniform")
+    right.set_xscale("log", base=2)
+    right.set_ylim(0, 1.05)
+    right.set_xlabel("d_k")
+    right.set_ylabel(f"mean largest weight in a row of {n_keys}")
+    right.set_title("Unscaled softmax saturates as d_k grows")
+    right.legend()
+    fig.tight_layout()
+    return fig
+
+
+def top_keys(weights, tokens=None, atol=1e-6):
+    """For each query: (query token, [keys with the largest weight], weight).
+
+    Keys within ``atol`` of the row maximum are all named: in the cat
+    sentence the two "the" tokens have identical keys and always tie.
+    """
+    mat = _to_matrix(weights)
+    rows = _labels(tokens, mat.shape[0], "rows (queries)")
+    cols = _labels(tokens, mat.shape[1], "columns (keys)")
+    result = []
+    for i, row in enumerate(mat):
+        best = np.nanmax(row) if np.isfinite(row).any() else np.nan
+        keys = [cols[j] for j in np.flatnonzero(np.abs(row - best) <= atol)]
+        result.append((rows[i], keys, float(best)))
+    return result
+
+
+def attention_table(weights, tokens=None) -> str:
+    """Plain-text alternative to the heatmap, one line per query token.
+
+    Example line: ``cat  -> mat  0.412`` (ties: ``The / the  0.300 each``).
+    """
+    entries = top_keys(weights, tokens)
+    width = max(len(q) for q, _, _ in entries)
+    lines = [f"{'query':<{width}}  ->  key it attends to most (weight)"]
+    for query, keys, w in entries:
+        each = " each" if len(keys) > 1 else ""
+        lines.append(f"{query:<{width}}  ->  {' / '.join(keys) or '(none)'}  {w:.3f}{each}")
+    return "\n".join(lines)

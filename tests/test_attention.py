@@ -297,7 +297,7 @@ def test_mha_one_head_identity_weights_is_sdpa(rng):
     (dict(b_o=np.zeros(3)), r"b_o: expected shape \(d_model,\) = \(8,\)"),
     (dict(num_heads=3), "divisible"),
     (dict(key=np.zeros((4, 6))), "share d_model"),
-    (dict(mask=np.ones((5, 5), dtype=bool)), "broadcasts to"),
+    (dict(mask=np.ones((5, 4), dtype=bool)), "broadcasts to"),
 ])
 def test_mha_errors(rng, kwargs, match):
     x = rng.standard_normal((5, 8))

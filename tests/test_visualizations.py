@@ -50,7 +50,8 @@ def test_annotation_colour_contrasts_with_cell(rng):
 def test_plot_attention_errors():
     with pytest.raises(ValueError, match=r"expected 6 labels.*got 5"):
         plot_attention(np.ones((6, 6)), TOKENS[:5])
-    with pytest.raises(ValueError, match=r"expected shape \[L, S\] or \[1, L, S\], got \[2, 6, 6\]"):
+    wanted = r"expected shape \[L, S\] or \[1, L, S\], got \[2, 6, 6\]"
+    with pytest.raises(ValueError, match=wanted):
         plot_attention(np.ones((2, 6, 6)), TOKENS)
     with pytest.raises(ValueError, match="got None"):
         plot_attention(None, TOKENS)

@@ -21,6 +21,7 @@ __all__ = [
     "plot_attention",
     "plot_heads",
     "plot_scaling_effect",
+    "show_attention",
     "top_keys",
 ]
 
@@ -221,3 +222,25 @@ def attention_table(weights, tokens=None) -> str:
         each = " each" if len(keys) > 1 else ""
         lines.append(f"{query:<{width}}  ->  {' / '.join(keys) or '(none)'}  {w:.3f}{each}")
     return "\n".join(lines)
+
+
+def show_attention(tensor, tokens=None, **kwargs):
+    """Display :func:`plot_attention` of ``tensor`` in a notebook, if it can be drawn.
+
+    For test cells: a tensor that is missing, of another shape or with
+    NaN/inf draws nothing (the check above it has already said why), so the
+    cell never fails on the plot. Returns the Figure or None.
+    """
+    try:
+        mat = _to_matrix(tensor)
+        if tokens is not None and mat.shape != (len(tokens), len(tokens)):
+            return None
+        if not np.isfinite(mat).all():
+            return None
+        fig = plot_attention(mat, tokens, **kwargs)
+    except (ValueError, TypeError):
+        return None
+    from IPython.display import display
+
+    display(fig)
+    return fig

@@ -13,10 +13,10 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # pytest workers; the suite is dominated by kernel start-ups, which overlap well.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: help venv lesson test lint bench data clean
+.PHONY: help venv lesson test lint bench data release reference clean
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 $(STAMP): requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] >= (3, 11) else \
@@ -33,18 +33,26 @@ lesson: $(STAMP)  ## open lesson.ipynb in JupyterLab
 	@test -f lesson.ipynb || { echo "lesson.ipynb is missing: run 'git checkout lesson.ipynb'"; exit 1; }
 	$(VENV)/bin/jupyter lab lesson.ipynb $(ROOT_FLAG)
 
-test: $(STAMP)  ## lint, then run every test (offline)
+test: $(STAMP)  ## lint, then run every test and both notebooks (offline)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -n $(JOBS)
+	$(PY) -m src.release --check
+	$(PY) -m pytest -n $(JOBS) --dist loadfile
 
 lint: $(STAMP)  ## ruff (PEP 8, pyflakes, imports)
 	$(PY) -m ruff check .
 
-bench: $(STAMP)  ## speed and memory figures as ratios against torch
+bench: $(STAMP)  ## speed and memory figures, as ratios against references
 	$(PY) -m benchmarks.bench_attention
+	$(PY) -m benchmarks.bench_lesson
 
 data: $(STAMP)  ## regenerate data/ byte-identically (and data/SHA256SUMS)
 	$(PY) -m src.data
+
+release: $(STAMP)  ## generate lesson.ipynb from complete_lesson.ipynb (FORCE=1: replace an edited one, keeping a copy)
+	$(PY) -m src.release $(if $(FORCE),--force,)
+
+reference: $(STAMP)  ## run complete_lesson.ipynb, store its outputs, regenerate lesson.ipynb
+	$(PY) -m src.release --reference
 
 clean:  ## remove caches (keeps .venv)
 	rm -rf .pytest_cache .ruff_cache .hypothesis

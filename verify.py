@@ -371,7 +371,7 @@ def _check_output(step, name, got, expected, candidates, strict=False, notes=(),
     ``also_right`` arrays are accepted too (the reference path).
     """
     tol = STRICT_TOL if strict else TOL
-    want = SHAPES[name]
+    want = expected.shape  # [1, 6, ...] unless an upstream tensor of yours has another shape
     try:
         arr, dtype = _as_array(got, name)
     except _UnusableError as exc:
@@ -393,7 +393,7 @@ def _check_output(step, name, got, expected, candidates, strict=False, notes=(),
                              f"{list(want)} {AXES[name]}.", mistake)
         return _fail(step, f"`{name}` should have shape {list(want)} {AXES[name]}, but it "
                      f"has shape {list(arr.shape)}. Check the order of the operands and "
-                     "which axis you transpose or reduce.")
+                     "which axis you transpose or reduce.", notes=notes)
     if any(_close(arr, right, tol) for right in rights):
         if dtype != "float32":
             return _fail(step, f"`{name}` has the right values but dtype {dtype}.",
@@ -433,11 +433,12 @@ def _symptom(mistake, arr, expected):
 
 
 def _own_or_reference(pairs):
-    """Inputs as arrays: the student's own where usable, with notes about them.
+    """The student's own upstream tensors as arrays, with notes about them.
 
     ``pairs`` is a list of (name, student object). Returns (own arrays or
-    None, notes); own is None when any input is unusable, and the caller
-    then checks against the reference inputs alone.
+    None, notes); own is None when an input is missing, not numeric or not
+    finite, and the caller then checks against the reference inputs. An own
+    input of another shape is kept: the step is judged on what it was given.
     """
     ref = _reference()
     own, notes = {}, []
@@ -446,9 +447,9 @@ def _own_or_reference(pairs):
             arr, _ = _as_array(obj, name)
         except _UnusableError:
             arr = None
-        if arr is None or arr.shape != SHAPES[name] or not np.isfinite(arr).all():
-            notes.append(f"Your `{name}` is missing or has the wrong shape, so this step was "
-                         "checked against the reference tensors instead.")
+        if arr is None or not np.isfinite(arr).all():
+            notes.append(f"Your `{name}` is missing or not finite, so this step was checked "
+                         "against the reference tensors instead.")
             return None, notes
         own[name] = arr
     differ = [n for n in own if not _close(own[n], ref[n])]
@@ -458,6 +459,17 @@ def _own_or_reference(pairs):
                      "against your own tensors: an earlier mistake does not cost points "
                      "twice.")
     return own, notes
+
+
+def _expected(compute, own, notes):
+    """compute(inputs) on the student's own inputs, else on the reference's."""
+    if own is not None:
+        try:
+            return compute(own)
+        except ValueError:  # shapes that cannot be combined
+            notes.append("Your tensors from the cells before cannot be combined (their shapes "
+                         "do not fit), so this step was checked against the reference tensors.")
+    return compute(_reference())
 
 
 def _guard(step, fn):
@@ -500,16 +512,19 @@ def check_attention_scores(query, key, attention_scores, *, strict=False) -> Che
     def run():
         ref = _reference()
         own, notes = _own_or_reference([("query", query), ("key", key)])
-        src = own or ref
-        q, k = src["query"], src["key"]
-        raw = q @ np.swapaxes(k, -1, -2)
-        expected = raw / math.sqrt(D_K)
-        candidates = [("transposed_product", np.swapaxes(expected, -1, -2)),
-                      ("no_scaling", raw), ("scaled_by_dk", raw / D_K),
-                      ("multiplied_by_sqrt_dk", raw * math.sqrt(D_K)),
-                      ("softmax_in_scores", _A.softmax(raw) / math.sqrt(D_K)),
-                      ("elementwise_scores", q * k / math.sqrt(D_K)),
-                      ("elementwise_scores", q * k)]
+
+        def compute(src):
+            q, k = src["query"], src["key"]
+            raw = q @ np.swapaxes(k, -1, -2)
+            expected = raw / math.sqrt(D_K)
+            return expected, [("transposed_product", np.swapaxes(expected, -1, -2)),
+                              ("no_scaling", raw), ("scaled_by_dk", raw / D_K),
+                              ("multiplied_by_sqrt_dk", raw * math.sqrt(D_K)),
+                              ("softmax_in_scores", _A.softmax(raw) / math.sqrt(D_K)),
+                              ("elementwise_scores", q * k / math.sqrt(D_K)),
+                              ("elementwise_scores", q * k)]
+
+        expected, candidates = _expected(compute, own, notes)
         return _check_output("attention_scores", "attention_scores", attention_scores,
                              expected, candidates, strict, notes,
                              also_right=[ref["attention_scores"]])
@@ -523,17 +538,22 @@ def check_attention_weights(attention_scores, attention_weights, *, strict=False
     def run():
         ref = _reference()
         own, notes = _own_or_reference([("attention_scores", attention_scores)])
-        s = (own or ref)["attention_scores"]
-        e = np.exp(s - s.max(-1, keepdims=True))
-        candidates = [("softmax_wrong_axis", _A.softmax(s, axis=-2)),
-                      ("softmax_wrong_axis", _A.softmax(s, axis=0)),
-                      ("exp_without_normalising", np.exp(s)),
-                      ("exp_without_normalising", e),
-                      ("normalising_without_exp", s / s.sum(-1, keepdims=True)),
-                      ("scaling_after_softmax", _A.softmax(s) / math.sqrt(D_K)),
-                      ("softmax_not_applied", s)]
+
+        def compute(src):
+            s = src["attention_scores"]
+            e = np.exp(s - s.max(-1, keepdims=True))
+            return _A.softmax(s), [
+                ("softmax_wrong_axis", _A.softmax(s, axis=-2)),
+                ("softmax_wrong_axis", _A.softmax(s, axis=0)),
+                ("exp_without_normalising", np.exp(s)),
+                ("exp_without_normalising", e),
+                ("normalising_without_exp", s / s.sum(-1, keepdims=True)),
+                ("scaling_after_softmax", _A.softmax(s) / math.sqrt(D_K)),
+                ("softmax_not_applied", s)]
+
+        expected, candidates = _expected(compute, own, notes)
         return _check_output("attention_weights", "attention_weights", attention_weights,
-                             _A.softmax(s), candidates, strict, notes,
+                             expected, candidates, strict, notes,
                              also_right=[ref["attention_weights"]])
 
     return _guard("attention_weights", run)
@@ -551,8 +571,6 @@ def check_attended_values(attention_weights, value, attended_values, *, attentio
         ref = _reference()
         own, notes = _own_or_reference([("attention_weights", attention_weights),
                                         ("value", value)])
-        src = own or ref
-        w, v = src["attention_weights"], src["value"]
         extra = {}
         for name, obj in (("attention_scores", attention_scores), ("query", query),
                           ("key", key)):
@@ -561,13 +579,19 @@ def check_attended_values(attention_weights, value, attended_values, *, attentio
             except _UnusableError:
                 arr = ref[name]
             extra[name] = arr if arr.shape == SHAPES[name] else ref[name]
-        candidates = [("weights_transposed", np.swapaxes(w, -1, -2) @ v),
-                      ("scores_instead_of_weights", extra["attention_scores"] @ v),
-                      ("query_instead_of_value", w @ extra["query"]),
-                      ("key_instead_of_value", w @ extra["key"]),
-                      ("values_not_weighted", v)]
-        return _check_output("attended_values", "attended_values", attended_values, w @ v,
-                             candidates, strict, notes, also_right=[ref["attended_values"]])
+
+        def compute(src):
+            w, v = src["attention_weights"], src["value"]
+            return w @ v, [("weights_transposed", np.swapaxes(w, -1, -2) @ v),
+                           ("scores_instead_of_weights", extra["attention_scores"] @ v),
+                           ("query_instead_of_value", w @ extra["query"]),
+                           ("key_instead_of_value", w @ extra["key"]),
+                           ("values_not_weighted", v)]
+
+        expected, candidates = _expected(compute, own, notes)
+        return _check_output("attended_values", "attended_values", attended_values,
+                             expected, candidates, strict, notes,
+                             also_right=[ref["attended_values"]])
 
     return _guard("attended_values", run)
 
@@ -673,9 +697,14 @@ def check_all(namespace=None, **tensors) -> Summary:
 
 
 # --------------------------------------------------------------------- CLI
-_REPORT_CELL = """\
-import json as _json, sys as _sys
+# Runs first: this verify.py's src/, data/ and verify come before anything beside the
+# notebook (a copy of verify.py in a submission folder is never the one used).
+_PATH_CELL = """\
+import sys as _sys
 _sys.path.insert(0, {root!r})
+"""
+_REPORT_CELL = """\
+import json as _json
 import verify as _verify
 print("@@VERIFY@@" + _json.dumps(_verify.check_all(globals()).to_dict()))
 """
@@ -692,12 +721,13 @@ def run_notebook(path, timeout=60):
 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
-    nb.cells.append(nbformat.v4.new_code_cell(_REPORT_CELL.format(root=str(HERE))))
+    nb.cells.insert(0, nbformat.v4.new_code_cell(_PATH_CELL.format(root=str(HERE))))
+    nb.cells.append(nbformat.v4.new_code_cell(_REPORT_CELL))
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute()
     errors = []
-    for index, cell in enumerate(nb.cells[:-1]):
+    for index, cell in enumerate(nb.cells[1:-1]):
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":
                 gid = cell.metadata.get("nbgrader", {}).get("grade_id", f"cell {index}")

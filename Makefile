@@ -13,7 +13,8 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # pytest workers; the suite is dominated by kernel start-ups, which overlap well.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: help venv lesson test lint bench data release reference clean
+.PHONY: help venv lesson test test-cohort lint bench bench-grade data release reference \
+	grade feedback export clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -38,6 +39,9 @@ test: $(STAMP)  ## lint, then run every test and both notebooks (offline)
 	$(PY) -m src.release --check
 	$(PY) -m pytest -n $(JOBS) --dist loadfile
 
+test-cohort: $(STAMP)  ## grade a class-sized hostile cohort for real (a few minutes)
+	$(PY) -m pytest -p no:xdist tests/cohort -m cohort
+
 lint: $(STAMP)  ## ruff (PEP 8, pyflakes, imports)
 	$(PY) -m ruff check .
 
@@ -45,11 +49,24 @@ bench: $(STAMP)  ## speed and memory figures, as ratios against references
 	$(PY) -m benchmarks.bench_attention
 	$(PY) -m benchmarks.bench_lesson
 
+bench-grade: $(STAMP)  ## 24 submissions: parallel grading vs sequential nbgrader autograde
+	$(PY) -m benchmarks.bench_grade
+
 data: $(STAMP)  ## regenerate data/ byte-identically (and data/SHA256SUMS)
 	$(PY) -m src.data
 
-release: $(STAMP)  ## generate lesson.ipynb from complete_lesson.ipynb (FORCE=1: replace an edited one, keeping a copy)
+release: $(STAMP)  ## lesson.ipynb from complete_lesson.ipynb (FORCE=1 replaces an edited one, keeping a copy), then the nbgrader release in course/
 	$(PY) -m src.release $(if $(FORCE),--force,)
+	$(PY) -m src.course release
+
+grade: $(STAMP)  ## autograde course/submitted/*/attention in parallel (JOBS=N, TIMEOUT=s per cell)
+	$(PY) -m src.course grade --jobs $(JOBS) $(if $(TIMEOUT),--timeout $(TIMEOUT),)
+
+feedback: $(STAMP)  ## HTML feedback per student in course/feedback (hidden tests removed)
+	$(PY) -m src.course feedback
+
+export: $(STAMP)  ## write course/grades.csv
+	$(PY) -m src.course export
 
 reference: $(STAMP)  ## run complete_lesson.ipynb, store its outputs, regenerate lesson.ipynb
 	$(PY) -m src.release --reference

@@ -1,0 +1,343 @@
+"""The nbgrader course behind the Makefile's instructor targets.
+
+``python -m src.course release|grade|feedback|export`` (``make release``,
+``make grade JOBS=N``, ``make feedback``, ``make export``). The course lives in
+course/ (git-ignored):
+
+    course/source/attention/     complete_lesson.ipynb as lesson.ipynb, verify.py, src/, data/
+    course/release/attention/    what students get (nbgrader generate_assignment)
+    course/submitted/<student>/attention/lesson.ipynb   what you collect
+    course/autograded/, course/feedback/, course/gradebook.db, course/grades.csv
+
+Parallel grading (nbgrader has none: its request #174 is open since 2015)
+runs nbgrader's own autograder, ``NbGraderAPI.autograde`` (the code behind
+``nbgrader autograde --student S``), for several students at once in forked
+worker processes that import nbgrader once. They share the one SQLite
+gradebook, which waits for a busy database instead of failing (see
+nbgrader_config.py); the scores are those a sequential ``nbgrader autograde``
+writes. Each kernel runs under an address-space limit, so a hostile
+allocation fails in that student's notebook instead of exhausting the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nbgrader.preprocessors import ClearHiddenTests
+
+ROOT = Path(__file__).resolve().parent.parent
+COURSE_DIR = ROOT / "course"
+ASSIGNMENT = "attention"
+NOTEBOOK = "lesson"
+#: What the assignment ships beside the notebook. Autograding always copies the
+#: source versions over whatever a student submitted with the same names.
+SHIPPED = ("verify.py", "src", "data")
+DEFAULT_MEMORY_GB = 4.0
+
+# nbgrader runs the `alembic` command by name when it creates a gradebook; the one that
+# belongs to this interpreter must be found even when .venv/bin is not on PATH.
+_BIN = str(Path(sys.executable).parent)
+if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
+
+
+class CourseError(Exception):
+    """A failure with a message for the instructor."""
+
+
+class StripHiddenTests(ClearHiddenTests):
+    """Feedback preprocessor: hidden tests leave no trace (nbgrader #917, #1363).
+
+    Autograded notebooks hold the hidden tests (they ran there), and nbgrader's
+    feedback shows them. This removes the hidden region of each test cell and
+    shortens the tracebacks of its errors to ``Name: message``, since a
+    traceback quotes the failing line of the hidden test.
+    """
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        if cell.cell_type == "code" and self.begin_test_delimeter in cell.source:
+            self._remove_hidden_test_region(cell)
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "error":
+                    out["traceback"] = [f"{out['ename']}: {out['evalue']}"]
+        return cell, resources
+
+
+# ------------------------------------------------------------------ set-up
+def load_config(timeout: int | None = None):
+    """nbgrader_config.py as a traitlets Config (``timeout`` overrides it)."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    if timeout is not None:
+        os.environ["ATTENTION_CELL_TIMEOUT"] = str(int(timeout))
+    return PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+
+
+def make_api(timeout: int | None = None):
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    config = load_config(timeout)
+    return NbGraderAPI(CourseDirectory(config=config), config=config)
+
+
+def build_source() -> Path:
+    """course/source/attention/ from the repository (it is generated: never edit it)."""
+    dest = COURSE_DIR / "source" / ASSIGNMENT
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    shutil.copyfile(ROOT / "complete_lesson.ipynb", dest / f"{NOTEBOOK}.ipynb")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in SHIPPED:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=ignore)
+        else:
+            shutil.copyfile(src, dest / name)
+    return dest
+
+
+def release() -> Path:
+    """Build the source and run nbgrader generate_assignment; return the release dir."""
+    build_source()
+    result = make_api().generate_assignment(ASSIGNMENT, force=True, create=True)
+    if not result["success"]:
+        raise CourseError("nbgrader generate_assignment failed:\n" + (result.get("log") or "")
+                          + (result.get("error") or ""))
+    return COURSE_DIR / "release" / ASSIGNMENT
+
+
+# ----------------------------------------------------------------- grading
+def submitted_students() -> list[str]:
+    base = COURSE_DIR / "submitted"
+    if not base.is_dir():
+        return []
+    return sorted(p.name for p in base.iterdir() if (p / ASSIGNMENT).is_dir())
+
+
+def tree_digest(path: Path) -> str:
+    """sha256 over the names and bytes of every file below ``path``."""
+    h = hashlib.sha256()
+    for p in sorted(path.rglob("*")):
+        h.update(str(p.relative_to(path)).encode())
+        if p.is_file() and not p.is_symlink():
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+_API = None
+
+
+def _init_worker(timeout, memory_bytes):
+    import resource
+
+    global _API
+    if memory_bytes:
+        # Inherited by every kernel this worker starts: a huge allocation in a
+        # submission raises MemoryError there instead of exhausting the machine.
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    _API = make_api(timeout)
+
+
+def _grade_one(student):
+    t0 = time.perf_counter()
+    result = _API.autograde(ASSIGNMENT, student, force=True, create=True)
+    return student, bool(result["success"]), _error_line(result), time.perf_counter() - t0
+
+
+def _error_line(result) -> str | None:
+    """The one line of nbgrader's output that says why a submission failed."""
+    if result["success"]:
+        return None
+    text = (result.get("log") or "") + "\n" + (result.get("error") or "")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for marker in ("Unreadable Notebook", "NotJSONError", "JSONDecodeError", "ERROR]"):
+        for ln in lines:
+            if marker in ln:
+                return ln[ln.find("]") + 1:].strip() if ln.startswith("[") else ln
+    return lines[-1] if lines else "unknown error"
+
+
+@dataclass
+class StudentResult:
+    student: str
+    ok: bool
+    seconds: float
+    error: str | None = None
+    score: float | None = None
+    max_score: float | None = None
+    needs_manual_grade: bool = False
+
+
+@dataclass
+class GradeReport:
+    results: list = field(default_factory=list)
+    seconds: float = 0.0
+    jobs: int = 1
+
+    @property
+    def failed(self):
+        return [r for r in self.results if not r.ok]
+
+    def summary(self) -> str:
+        manual = [r.student for r in self.results if r.ok and r.needs_manual_grade]
+        parts = [f"graded {len(self.results)} submissions in {self.seconds:.1f} s with "
+                 f"{self.jobs} job{'s' * (self.jobs > 1)}: "
+                 f"{len(self.results) - len(self.failed)} ok, {len(self.failed)} failed"]
+        if self.failed:
+            parts.append("failed: " + "; ".join(f"{r.student} ({r.error})" for r in self.failed))
+        if manual:
+            parts.append("needs manual grading: " + ", ".join(manual))
+        return " | ".join(parts)
+
+
+class _Progress:
+    """A progress bar on a terminal, one line per submission elsewhere (CI logs)."""
+
+    def __init__(self, total, stream):
+        self.total, self.stream, self.done, self.failed = total, stream, 0, 0
+        self.tty = hasattr(stream, "isatty") and stream.isatty()
+
+    def update(self, student, ok, note):
+        self.done += 1
+        self.failed += not ok
+        if self.tty:
+            filled = int(30 * self.done / max(self.total, 1))
+            self.stream.write(f"\r  [{'#' * filled}{'.' * (30 - filled)}] {self.done}/"
+                              f"{self.total} graded, {self.failed} failed  ({student})   ")
+            if self.done == self.total:
+                self.stream.write("\n")
+        else:
+            self.stream.write(f"  [{self.done}/{self.total}] {student}: {note}\n")
+        self.stream.flush()
+
+
+def _gradebook_scores(students):
+    from nbgrader.api import Gradebook, MissingEntry
+
+    config = load_config()
+    out = {}
+    with Gradebook(config.CourseDirectory.db_url, config.CourseDirectory.course_id) as gb:
+        for s in students:
+            try:
+                sub = gb.find_submission(ASSIGNMENT, s)
+            except MissingEntry:
+                continue
+            out[s] = (sub.score, sub.max_score, sub.needs_manual_grade)
+    return out
+
+
+def per_cell_scores(db_path: Path | None = None) -> dict:
+    """{student: {grade_id: (auto_score, manual_score, needs_manual_grade)}}."""
+    from nbgrader.api import Gradebook
+
+    config = load_config()
+    url = config.CourseDirectory.db_url if db_path is None else f"sqlite:///{db_path}"
+    out = {}
+    with Gradebook(url, config.CourseDirectory.course_id) as gb:
+        for sub in gb.assignment_submissions(ASSIGNMENT):
+            cells = {}
+            for nb in sub.notebooks:
+                for g in nb.grades:
+                    cells[g.name] = (g.auto_score, g.manual_score, g.needs_manual_grade)
+            out[sub.student_id] = cells
+    return out
+
+
+def grade(jobs: int = 0, timeout: int | None = None, memory_gb: float = DEFAULT_MEMORY_GB,
+          students=None, stream=sys.stdout) -> GradeReport:
+    """Autograde every submission (or ``students``) with ``jobs`` workers."""
+    import multiprocessing
+
+    if not (COURSE_DIR / "gradebook.db").exists():
+        raise CourseError("no gradebook: run `make release` first")
+    students = list(students) if students is not None else submitted_students()
+    if not students:
+        raise CourseError(f"nothing to grade: expected folders "
+                          f"{COURSE_DIR / 'submitted'}/<student>/{ASSIGNMENT}/")
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(students)))
+    before = tree_digest(COURSE_DIR / "submitted")
+    report, progress = GradeReport(jobs=jobs), _Progress(len(students), stream)
+    memory = int(memory_gb * 2**30) if memory_gb else 0
+    t0 = time.perf_counter()
+    # fork: the workers inherit the imported nbgrader (about 5 s to import).
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(jobs, initializer=_init_worker, initargs=(timeout, memory)) as pool:
+        for student, ok, error, seconds in pool.imap_unordered(_grade_one, students):
+            report.results.append(StudentResult(student, ok, seconds, error))
+            progress.update(student, ok, f"done in {seconds:.1f} s" if ok else f"FAILED: {error}")
+    report.seconds = time.perf_counter() - t0
+    if tree_digest(COURSE_DIR / "submitted") != before:
+        raise CourseError("submitted/ changed while grading; this must never happen")
+    scores = _gradebook_scores(students)
+    for r in report.results:
+        if r.student in scores:
+            r.score, r.max_score, r.needs_manual_grade = scores[r.student]
+    report.results.sort(key=lambda r: r.student)
+    return report
+
+
+def feedback() -> Path:
+    result = make_api().generate_feedback(ASSIGNMENT, force=True)
+    if not result["success"]:
+        raise CourseError("nbgrader generate_feedback failed:\n" + (result.get("log") or "")
+                          + (result.get("error") or ""))
+    return COURSE_DIR / "feedback"
+
+
+def export(dest: Path = COURSE_DIR / "grades.csv") -> Path:
+    from nbgrader.api import Gradebook
+    from nbgrader.plugins import CsvExportPlugin
+
+    config = load_config()
+    with Gradebook(config.CourseDirectory.db_url, config.CourseDirectory.course_id) as gb:
+        CsvExportPlugin(to=str(dest)).export(gb)
+    return dest
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="The nbgrader course of the lesson.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("release", help="build course/source and generate the student release")
+    g = sub.add_parser("grade", help="autograde course/submitted/*/attention in parallel")
+    g.add_argument("--jobs", type=int, default=0, help="workers (default: cores)")
+    g.add_argument("--timeout", type=int, default=None,
+                   help="seconds per cell (default: nbgrader_config.py, 30)")
+    g.add_argument("--memory-gb", type=float, default=DEFAULT_MEMORY_GB,
+                   help="address-space limit of each kernel (0: none)")
+    g.add_argument("students", nargs="*", help="only these students")
+    sub.add_parser("feedback", help="HTML feedback in course/feedback (no hidden tests)")
+    sub.add_parser("export", help="course/grades.csv")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "release":
+            print(f"released to {release()}")
+        elif args.command == "grade":
+            report = grade(args.jobs, args.timeout, args.memory_gb, args.students or None)
+            for r in report.results:
+                score = "-" if r.score is None else f"{r.score:g}/{r.max_score:g}"
+                flag = "" if r.ok else f"  FAILED: {r.error}"
+                flag += "  (needs manual grading)" if r.needs_manual_grade else ""
+                print(f"  {r.student:<24} {score:>7}{flag}")
+            print(report.summary())
+            return 1 if report.failed else 0
+        elif args.command == "feedback":
+            print(f"feedback in {feedback()}")
+        elif args.command == "export":
+            print(f"grades written to {export()}")
+    except CourseError as exc:
+        print(f"course: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,17 +12,16 @@ if str(ROOT) not in sys.path:
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
 from nbgrader.preprocessors import GetGrades  # noqa: E402
 
-from src.course import ASSIGNMENT, COURSE_DIR, StripHiddenTests  # noqa: E402
+from src.course import StripHiddenTests, course_dir  # noqa: E402
 from src.release import CODE_STUB  # noqa: E402
 
 c = get_config()  # noqa: F821  (provided by traitlets when it loads this file)
 
-c.CourseDirectory.root = str(COURSE_DIR)
+c.CourseDirectory.root = str(course_dir())  # course/, or $ATTENTION_COURSE_DIR
 c.CourseDirectory.course_id = "attention-course"
-c.CourseDirectory.assignment_id = ASSIGNMENT
 # Parallel autograding writes to one SQLite gradebook: wait for a busy database (up to
 # 5 minutes) instead of failing with "database is locked".
-c.CourseDirectory.db_url = f"sqlite:///{COURSE_DIR / 'gradebook.db'}?timeout=300"
+c.CourseDirectory.db_url = f"sqlite:///{course_dir() / 'gradebook.db'}?timeout=300"
 
 # Seconds each cell may run while autograding; then the kernel is interrupted, the cell
 # scores 0 and the later cells still run. The lesson's slowest cell takes < 1 s here.

@@ -33,13 +33,17 @@ from pathlib import Path
 from nbgrader.preprocessors import ClearHiddenTests
 
 ROOT = Path(__file__).resolve().parent.parent
-COURSE_DIR = ROOT / "course"
 ASSIGNMENT = "attention"
 NOTEBOOK = "lesson"
 #: What the assignment ships beside the notebook. Autograding always copies the
 #: source versions over whatever a student submitted with the same names.
 SHIPPED = ("verify.py", "src", "data")
 DEFAULT_MEMORY_GB = 4.0
+
+
+def course_dir() -> Path:
+    """course/ beside the repository, or $ATTENTION_COURSE_DIR (tests use a temporary one)."""
+    return Path(os.environ.get("ATTENTION_COURSE_DIR") or ROOT / "course").resolve()
 
 # nbgrader runs the `alembic` command by name when it creates a gradebook; the one that
 # belongs to this interpreter must be found even when .venv/bin is not on PATH.
@@ -90,7 +94,7 @@ def make_api(timeout: int | None = None):
 
 def build_source() -> Path:
     """course/source/attention/ from the repository (it is generated: never edit it)."""
-    dest = COURSE_DIR / "source" / ASSIGNMENT
+    dest = course_dir() / "source" / ASSIGNMENT
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
@@ -112,12 +116,12 @@ def release() -> Path:
     if not result["success"]:
         raise CourseError("nbgrader generate_assignment failed:\n" + (result.get("log") or "")
                           + (result.get("error") or ""))
-    return COURSE_DIR / "release" / ASSIGNMENT
+    return course_dir() / "release" / ASSIGNMENT
 
 
 # ----------------------------------------------------------------- grading
 def submitted_students() -> list[str]:
-    base = COURSE_DIR / "submitted"
+    base = course_dir() / "submitted"
     if not base.is_dir():
         return []
     return sorted(p.name for p in base.iterdir() if (p / ASSIGNMENT).is_dir())
@@ -150,20 +154,30 @@ def _init_worker(timeout, memory_bytes):
 def _grade_one(student):
     t0 = time.perf_counter()
     result = _API.autograde(ASSIGNMENT, student, force=True, create=True)
-    return student, bool(result["success"]), _error_line(result), time.perf_counter() - t0
+    error = None if result["success"] else _why_failed(student, result)
+    return student, bool(result["success"]), error, time.perf_counter() - t0
 
 
-def _error_line(result) -> str | None:
-    """The one line of nbgrader's output that says why a submission failed."""
-    if result["success"]:
-        return None
+def _why_failed(student, result) -> str:
+    """A one-line reason for the instructor, from the submission itself if possible."""
+    import json
+
+    folder = course_dir() / "submitted" / student / ASSIGNMENT
+    notebook = folder / f"{NOTEBOOK}.ipynb"
+    if not notebook.exists():
+        found = sorted(p.name for p in folder.glob("*.ipynb"))
+        return f"no {notebook.name} in the submission" + (
+            f" (found {', '.join(found)})" if found else "")
+    raw = notebook.read_bytes()
+    if not raw.strip():
+        return f"{notebook.name} is an empty file"
+    try:
+        json.loads(raw)
+    except ValueError as exc:
+        return f"{notebook.name} is not valid JSON ({exc})"
     text = (result.get("log") or "") + "\n" + (result.get("error") or "")
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for marker in ("Unreadable Notebook", "NotJSONError", "JSONDecodeError", "ERROR]"):
-        for ln in lines:
-            if marker in ln:
-                return ln[ln.find("]") + 1:].strip() if ln.startswith("[") else ln
-    return lines[-1] if lines else "unknown error"
+    lines = [ln.strip() for ln in text.splitlines() if "ERROR" in ln or "Error" in ln]
+    return lines[-1] if lines else "nbgrader could not grade it (see its log)"
 
 
 @dataclass
@@ -257,14 +271,14 @@ def grade(jobs: int = 0, timeout: int | None = None, memory_gb: float = DEFAULT_
     """Autograde every submission (or ``students``) with ``jobs`` workers."""
     import multiprocessing
 
-    if not (COURSE_DIR / "gradebook.db").exists():
+    if not (course_dir() / "gradebook.db").exists():
         raise CourseError("no gradebook: run `make release` first")
     students = list(students) if students is not None else submitted_students()
     if not students:
         raise CourseError(f"nothing to grade: expected folders "
-                          f"{COURSE_DIR / 'submitted'}/<student>/{ASSIGNMENT}/")
+                          f"{course_dir() / 'submitted'}/<student>/{ASSIGNMENT}/")
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(students)))
-    before = tree_digest(COURSE_DIR / "submitted")
+    before = tree_digest(course_dir() / "submitted")
     report, progress = GradeReport(jobs=jobs), _Progress(len(students), stream)
     memory = int(memory_gb * 2**30) if memory_gb else 0
     t0 = time.perf_counter()
@@ -275,7 +289,7 @@ def grade(jobs: int = 0, timeout: int | None = None, memory_gb: float = DEFAULT_
             report.results.append(StudentResult(student, ok, seconds, error))
             progress.update(student, ok, f"done in {seconds:.1f} s" if ok else f"FAILED: {error}")
     report.seconds = time.perf_counter() - t0
-    if tree_digest(COURSE_DIR / "submitted") != before:
+    if tree_digest(course_dir() / "submitted") != before:
         raise CourseError("submitted/ changed while grading; this must never happen")
     scores = _gradebook_scores(students)
     for r in report.results:
@@ -290,13 +304,14 @@ def feedback() -> Path:
     if not result["success"]:
         raise CourseError("nbgrader generate_feedback failed:\n" + (result.get("log") or "")
                           + (result.get("error") or ""))
-    return COURSE_DIR / "feedback"
+    return course_dir() / "feedback"
 
 
-def export(dest: Path = COURSE_DIR / "grades.csv") -> Path:
+def export(dest: Path | None = None) -> Path:
     from nbgrader.api import Gradebook
     from nbgrader.plugins import CsvExportPlugin
 
+    dest = dest or course_dir() / "grades.csv"
     config = load_config()
     with Gradebook(config.CourseDirectory.db_url, config.CourseDirectory.course_id) as gb:
         CsvExportPlugin(to=str(dest)).export(gb)

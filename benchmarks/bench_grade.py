@@ -1,0 +1,88 @@
+"""Parallel grading against plain sequential `nbgrader autograde` (``make bench-grade``).
+
+24 synthetic submissions (the correct solution and the catalogued mistakes,
+in turn) are graded twice from identical copies of one course: by
+``src.course.grade`` with JOBS workers and by ``nbgrader autograde
+attention --force`` in a subprocess, in the same run. Both gradebooks must
+hold the same per-cell scores. Target: at least 1.7x faster on 2 cores.
+Seconds per submission are printed next to the floor of executing one
+notebook: a fresh kernel doing only the lesson's imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+from benchmarks.bench_lesson import imports_only, run_notebook
+from src import course
+from tests.cohort.build import mistake_cases, submission_notebook, write_submissions
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--submissions", type=int, default=24)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ours_dir, seq_dir = Path(tmp) / "ours", Path(tmp) / "sequential"
+        os.environ["ATTENTION_COURSE_DIR"] = str(ours_dir)
+        course.release()
+        mistakes = [c["nb"] for c in mistake_cases()]
+        correct = submission_notebook()
+        # every third student is right, the others make the catalogued mistakes in turn
+        cases = [{"name": f"student{i:02d}",
+                  "nb": correct if i % 3 == 0 else mistakes[i % len(mistakes)]}
+                 for i in range(args.submissions)]
+        write_submissions(cases)
+        shutil.copytree(ours_dir, seq_dir)
+
+        t0 = time.perf_counter()
+        with open(os.devnull, "w") as quiet:
+            report = course.grade(jobs=args.jobs, stream=quiet)
+        ours = time.perf_counter() - t0
+
+        env = dict(os.environ, ATTENTION_COURSE_DIR=str(seq_dir),
+                   PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+        t0 = time.perf_counter()
+        res = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", "attention",
+                              "--force"], cwd=ROOT, env=env, capture_output=True, text=True)
+        sequential = time.perf_counter() - t0
+        if res.returncode != 0:
+            raise SystemExit(f"sequential nbgrader autograde failed:\n{res.stderr[-2000:]}")
+
+        same = course.per_cell_scores() == course.per_cell_scores(seq_dir / "gradebook.db")
+        nb = nbformat.read(ROOT / "complete_lesson.ipynb", as_version=4)
+        floor = min(run_notebook(imports_only(nb)) for _ in range(3))
+        lesson = min(run_notebook(nbformat.read(ROOT / "complete_lesson.ipynb", as_version=4))
+                     for _ in range(2))
+
+    n = args.submissions
+    speedup = sequential / ours
+    print(f"{n} submissions, {args.jobs} jobs, {os.cpu_count()} cores")
+    print(f"  ours (make grade)             {ours:7.1f} s   {ours / n:5.2f} s per submission")
+    print(f"  nbgrader autograde (serial)   {sequential:7.1f} s   {sequential / n:5.2f} s per "
+          "submission")
+    print(f"  speed-up                      {speedup:7.2f}x  (target >= 1.7: "
+          f"{'met' if speedup >= 1.7 else 'MISSED'})")
+    print(f"  per-cell scores identical     {same}")
+    print(f"  failures                      {len(report.failed)}")
+    print(f"  floor: one fresh kernel doing only the lesson's imports {floor:5.2f} s; "
+          f"the whole reference lesson {lesson:5.2f} s")
+    if not same:
+        raise SystemExit("the two gradebooks differ")
+
+
+if __name__ == "__main__":
+    main()

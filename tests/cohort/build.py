@@ -1,0 +1,178 @@
+"""Synthetic submissions for grading tests and the grading benchmark.
+
+A submission starts from the student release (course/release/attention/
+lesson.ipynb) and fills each solution cell with the reference's code (markers
+removed), then applies a case's edits, as a student would. Expected per-cell
+scores come from running the same code in-process, in notebook order, with
+verify's checks after each step: an independent path to compare nbgrader's
+real results with.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+
+import verify
+from src.course import ASSIGNMENT, NOTEBOOK, course_dir
+from tests.catalogue import CATALOGUE, SCALE
+from tests.notebook_utils import SOURCE, STEP_CELLS, cells_by_id, run_steps
+
+#: grade cell id -> the checks it runs (their points add up to the cell's).
+GRADE_CELLS = {
+    "cell4_projections_test": ("projections",),
+    "cell5_scores_test": ("attention_scores",),
+    "cell6_softmax_test": ("softmax", "attention_weights"),
+    "cell7_values_test": ("attended_values",),
+}
+#: After which step cell each grade cell runs.
+RUNS_AFTER = {"cell4_projections_test": "cell4_projections",
+              "cell5_scores_test": "cell5_scores",
+              "cell6_softmax_test": "cell6_softmax",
+              "cell7_values_test": "cell7_values"}
+_MARKER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*\n", re.M)
+NO_SCALING = {"cell5_scores": [(SCALE, "attention_scores = raw_scores")]}
+
+
+def solved_sources() -> dict:
+    """Each solution cell as a student who solved it would leave it."""
+    return {cid: _MARKER.sub("", src) for cid, src in cells_by_id(SOURCE).items()
+            if cid in STEP_CELLS}
+
+
+def expected_scores(replace=None) -> dict:
+    """{grade cell id: points} for the edits ``replace``, checked in notebook order."""
+    checks = {
+        "projections": lambda ns: verify.check_projections(ns["query"], ns["key"], ns["value"]),
+        "attention_scores": lambda ns: verify.check_attention_scores(
+            ns["query"], ns["key"], ns["attention_scores"]),
+        "softmax": lambda ns: verify.check_softmax(ns["softmax"]),
+        "attention_weights": lambda ns: verify.check_attention_weights(
+            ns["attention_scores"], ns["attention_weights"]),
+        "attended_values": lambda ns: verify.check_attended_values(
+            ns["attention_weights"], ns["value"], ns["attended_values"],
+            attention_scores=ns["attention_scores"], query=ns["query"], key=ns["key"]),
+    }
+    codes = solved_sources()
+    out = {}
+    for grade_id, after in RUNS_AFTER.items():
+        upto = STEP_CELLS[: STEP_CELLS.index(after) + 1]
+        later = {c: "" for c in STEP_CELLS[len(upto):]}  # not run yet at this point
+        edits = {c: pairs for c, pairs in (replace or {}).items() if c in upto}
+        ns = run_steps({c: codes[c] for c in upto} | later, edits)
+        out[grade_id] = float(sum(checks[name](ns).score for name in GRADE_CELLS[grade_id]))
+    return out
+
+
+def submission_notebook(replace=None, test_cell_edits=None, drop=()):
+    release_nb = course_dir() / "release" / ASSIGNMENT / f"{NOTEBOOK}.ipynb"
+    nb = nbformat.read(release_nb, as_version=4)
+    codes = solved_sources()
+    for cell in nb.cells:
+        cid = cell.get("id")
+        if cid in codes and cell.metadata.get("nbgrader", {}).get("solution"):
+            src = codes[cid]
+            for old, new in (replace or {}).get(cid, []):
+                assert old in src, (cid, old)
+                src = src.replace(old, new)
+            cell.source = src
+        if test_cell_edits and cid in test_cell_edits:
+            cell.source = test_cell_edits[cid]
+    nb.cells = [c for c in nb.cells if c.get("id") not in drop]
+    return nbformat.writes(nb)
+
+
+FAKE_VERIFY = '''"""A tampered verify.py: every check passes."""
+class CheckResult:
+    passed = True
+    score = max_score = 9.0
+    points = 9.0
+    def __bool__(self):
+        return True
+def _ok(*args, **kwargs):
+    return CheckResult()
+check_projections = check_attention_scores = check_softmax = _ok
+check_attention_weights = check_attended_values = check_all = _ok
+Summary = lambda results: CheckResult()
+'''
+
+REDEFINE = """
+import verify  # a student's attempt to pass the check without the right answer
+
+_fake = verify.CheckResult("attention_scores", True, 2.0, 2.0, "all good")
+verify.check_attention_scores = lambda *args, **kwargs: _fake
+
+
+def check_attention_scores(*args, **kwargs):
+    return _fake
+"""
+
+
+def hostile_cases() -> list[dict]:
+    """Every case: name, files to write, expected outcome.
+
+    ``expected`` is {grade id: points} (None: needs manual grading),
+    ``fails`` marks a submission nbgrader cannot grade at all, with the reason
+    the report must give.
+    """
+    full = expected_scores()
+    no_scaling = expected_scores(NO_SCALING)
+    cases = [
+        dict(name="correct", nb=submission_notebook(), expected=full),
+        dict(name="untouched", nb=None, expected={g: 0.0 for g in GRADE_CELLS}),
+        dict(name="raises", nb=submission_notebook(
+            {"cell7_values": [("attended_values = attention_weights @ value",
+                               "attended_values = attention_weights @ key.transpose(-2, -1)")]}),
+             expected=full | {"cell7_values_test": 0.0}),
+        dict(name="infinite-loop", nb=submission_notebook(
+            {"cell7_values": [("attended_values = attention_weights @ value",
+                               "while True:\n    pass")]}),
+             expected=full | {"cell7_values_test": 0.0}),
+        dict(name="huge-memory", nb=submission_notebook(
+            {"cell6_softmax": [("attention_weights = softmax(",
+                                "hog = torch.ones(2**31)  # 8 GiB\n"
+                                "attention_weights = softmax(")]}),
+             expected=full | {"cell6_softmax_test": 1.0, "cell7_values_test": 0.0}),
+        dict(name="deleted-graded-cell", nb=submission_notebook(drop=("cell5_scores_test",)),
+             expected=full | {"cell5_scores_test": None}),
+        dict(name="edited-locked-test", nb=submission_notebook(
+            NO_SCALING, test_cell_edits={"cell5_scores_test": "2.0"}), expected=no_scaling),
+        dict(name="redefined-verify", nb=submission_notebook(
+            {"cell5_scores": [(SCALE, "attention_scores = raw_scores" + REDEFINE)]}),
+             expected=no_scaling),
+        dict(name="tampered-verify-py", nb=submission_notebook(NO_SCALING),
+             extra={"verify.py": FAKE_VERIFY}, expected=no_scaling),
+        dict(name="not-json", raw="{ this is not a notebook", fails="is not valid JSON"),
+        dict(name="empty-file", raw="", fails="lesson.ipynb is an empty file"),
+        # nbgrader refuses a submission folder without the notebook: a named failure.
+        dict(name="missing-notebook", raw=None, fails="no lesson.ipynb in the submission"),
+    ]
+    return cases
+
+
+def mistake_cases() -> list[dict]:
+    """One submission per catalogued mistake."""
+    return [dict(name=f"mistake-{m}", nb=submission_notebook(edits),
+                 expected=expected_scores(edits)) for m, edits, *_ in CATALOGUE]
+
+
+def write_submissions(cases, base: Path | None = None) -> list[str]:
+    """Write the cases under course/submitted/<name>/attention/; return the names."""
+    base = base or course_dir() / "submitted"
+    release_nb = course_dir() / "release" / ASSIGNMENT / f"{NOTEBOOK}.ipynb"
+    for case in cases:
+        folder = base / case["name"] / ASSIGNMENT
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / f"{NOTEBOOK}.ipynb"
+        if "raw" in case:
+            if case["raw"] is not None:
+                target.write_text(case["raw"], encoding="utf-8")
+        elif case["nb"] is None:
+            target.write_bytes(release_nb.read_bytes())
+        else:
+            target.write_text(case["nb"], encoding="utf-8")
+        for name, text in case.get("extra", {}).items():
+            (folder / name).write_text(text, encoding="utf-8")
+    return [c["name"] for c in cases]

@@ -238,11 +238,14 @@ class CheckResult:
     __repr__ = __str__
 
     def _repr_markdown_(self):
-        mark = "✅" if self.passed else "❌"
+        # ✔/✘ are in DejaVu Sans, the usual fallback font; emoji need an emoji font. The
+        # words carry the status too, for screen readers and without colour.
+        mark = "✔" if self.passed else "✘"
+        state = "passed" if self.passed else "not yet"
         body = self.message.replace("\n", "  \n")
-        notes = "".join(f"\n\n> ℹ️ {n}" for n in self.notes)
+        notes = "".join(f"\n\n> Note: {n}" for n in self.notes)
         return (f"{mark} **{self.title}: {_num(self.score)}/{_num(self.max_score)} "
-                f"points**\n\n{body}{notes}")
+                f"points** ({state})\n\n{body}{notes}")
 
     def to_dict(self):
         return {"step": self.step, "title": self.title, "passed": self.passed,
@@ -284,7 +287,8 @@ class Summary:
 
     def _repr_markdown_(self):
         rows = "\n".join(
-            f"| {'✅' if r else '❌'} | {r.title} | {_num(r.score)}/{_num(r.max_score)} | "
+            f"| {'✔ passed' if r else '✘ not yet'} | {r.title} | "
+            f"{_num(r.score)}/{_num(r.max_score)} | "
             f"{(MISTAKES[r.mistake].title if r.mistake in MISTAKES else '')} |"
             for r in self.results)
         return (f"**Total: {_num(self.score)}/{_num(self.max_score)} points**\n\n"

@@ -142,14 +142,17 @@ def check(source: Path = SOURCE, lesson: Path = LESSON) -> None:
 
 
 def clean_reference(nb):
-    """Strip what must not be committed: PNG data, timings, widget state."""
+    """Strip what must not be committed: PNG data, timings, widget state and views."""
     for cell in nb.cells:
         for key in ("execution", "collapsed", "scrolled"):
             cell.metadata.pop(key, None)
         for out in cell.get("outputs", []):
             data = out.get("data")
             if data:
-                for mime in [m for m in data if m.startswith("image/")]:
+                # PNGs are large and never compared; widget views point at models
+                # whose state is not stored (and whose ids change every run).
+                for mime in [m for m in data if m.startswith("image/")
+                             or m == "application/vnd.jupyter.widget-view+json"]:
                     del data[mime]
             out.get("metadata", {}).clear()
     nb.metadata.pop("widgets", None)

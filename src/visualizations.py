@@ -22,6 +22,7 @@ __all__ = [
     "plot_heads",
     "plot_scaling_effect",
     "show_attention",
+    "show_figure",
     "top_keys",
 ]
 
@@ -226,6 +227,23 @@ def attention_table(weights, tokens=None) -> str:
     return "\n".join(lines)
 
 
+def show_figure(fig: Figure, dpi: int = 90) -> None:
+    """Display ``fig`` in a notebook as a PNG.
+
+    The lesson never imports pyplot, so IPython's inline backend has not
+    registered a display formatter for matplotlib Figures, and ``display(fig)``
+    would show only its text repr. Rendering the PNG here works with any
+    backend. Nothing is returned, so a call can end a cell without an echo.
+    """
+    import io
+
+    from IPython.display import Image, display
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    display(Image(data=buf.getvalue(), format="png"))
+
+
 def show_attention(tensor, tokens=None, **kwargs):
     """Display :func:`plot_attention` of ``tensor`` in a notebook, if it can be drawn.
 
@@ -242,7 +260,5 @@ def show_attention(tensor, tokens=None, **kwargs):
         fig = plot_attention(mat, tokens, **kwargs)
     except (ValueError, TypeError):
         return None
-    from IPython.display import display
-
-    display(fig)
+    show_figure(fig)
     return fig

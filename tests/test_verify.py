@@ -149,7 +149,8 @@ def test_results_read_well_as_text_markdown_and_for_nbgrader():
     ns = run_steps(REF, {"cell5_scores": [(SCALE, "attention_scores = raw_scores")]})
     res = verify.check_attention_scores(ns["query"], ns["key"], ns["attention_scores"])
     assert str(res).startswith("[FAIL] Cell 5 — scaled dot-product scores: 0/2 points")
-    assert res._repr_markdown_().startswith("❌ **Cell 5")
+    assert res._repr_markdown_().startswith("✘ **Cell 5 — scaled dot-product scores: 0/2 "
+                                            "points** (not yet)")
     assert not res and res.points == 0.0
     # what nbgrader reads from the test cell's last line
     out = {"output_type": "execute_result", "data": {"text/plain": repr(res.points)}}

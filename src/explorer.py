@@ -13,6 +13,7 @@ Shape legend: L queries (rows), S keys (columns), d_k query/key size.
 
 from __future__ import annotations
 
+import base64
 import math
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from src.attention import softmax
-from src.visualizations import CMAP, _heatmap, attention_table, show_figure
+from src.visualizations import CMAP, _heatmap, attention_table, png_bytes
 
 __all__ = ["MODES", "AttentionExplorer", "ExplorerState", "explore_state"]
 
@@ -136,9 +137,13 @@ class AttentionExplorer:
         st = self.state()
         self.figure = self.draw(st)
         self.readout.value = (f"<pre>scores = Q·Kᵀ / {st.divisor:g}\n\n{st.readout}</pre>")
-        self.plot.clear_output(wait=True)
-        with self.plot:
-            show_figure(self.figure)
+        # Set the Output widget's state directly, in one assignment: `with self.plot:`
+        # routes the display through the frontend, and without one (nbval, nbclient)
+        # it lands in the cell; clearing and appending would draw two images a moment.
+        png = base64.b64encode(png_bytes(self.figure)).decode("ascii")
+        self.plot.outputs = ({"output_type": "display_data", "metadata": {},
+                              "data": {"image/png": png,
+                                       "text/plain": "attention explorer figure"}},)
         return st
 
     def draw(self, st: ExplorerState) -> Figure:

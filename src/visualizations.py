@@ -21,6 +21,7 @@ __all__ = [
     "plot_attention",
     "plot_heads",
     "plot_scaling_effect",
+    "png_bytes",
     "show_attention",
     "show_figure",
     "top_keys",
@@ -227,6 +228,15 @@ def attention_table(weights, tokens=None) -> str:
     return "\n".join(lines)
 
 
+def png_bytes(fig: Figure, dpi: int = 90) -> bytes:
+    """``fig`` rendered once as PNG bytes."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
+
 def show_figure(fig: Figure, dpi: int = 90) -> None:
     """Display ``fig`` in a notebook as a PNG.
 
@@ -235,13 +245,9 @@ def show_figure(fig: Figure, dpi: int = 90) -> None:
     would show only its text repr. Rendering the PNG here works with any
     backend. Nothing is returned, so a call can end a cell without an echo.
     """
-    import io
-
     from IPython.display import Image, display
 
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    display(Image(data=buf.getvalue(), format="png"))
+    display(Image(data=png_bytes(fig, dpi), format="png"))
 
 
 def show_attention(tensor, tokens=None, **kwargs):

@@ -486,6 +486,16 @@ def _guard(step, fn):
                      f"{exc}). Make sure every tensor comes from the cells above.")
 
 
+def _check_step(name, got, upstream, compute, strict):
+    """Check the step that produces ``name``: ``got`` against ``compute`` applied to
+    the student's own ``upstream`` tensors (else the reference's), naming a mistake
+    from the candidates ``compute`` also returns."""
+    own, notes = _own_or_reference(upstream)
+    expected, candidates = _expected(compute, own, notes)
+    return _check_output(name, name, got, expected, candidates, strict, notes,
+                         also_right=[_reference()[name]])
+
+
 # ------------------------------------------------------------------- checks
 def check_projections(query, key, value, *, strict=False) -> CheckResult:
     """Cell 4: query, key, value == x @ W.T + b with the shipped layers, [1, 6, 64]."""
@@ -513,54 +523,40 @@ def check_projections(query, key, value, *, strict=False) -> CheckResult:
 def check_attention_scores(query, key, attention_scores, *, strict=False) -> CheckResult:
     """Cell 5: attention_scores == query @ keyᵀ / √d_k, shape [1, 6, 6]."""
 
-    def run():
-        ref = _reference()
-        own, notes = _own_or_reference([("query", query), ("key", key)])
+    def compute(src):
+        q, k = src["query"], src["key"]
+        raw = q @ np.swapaxes(k, -1, -2)
+        expected = raw / math.sqrt(D_K)
+        return expected, [("transposed_product", np.swapaxes(expected, -1, -2)),
+                          ("no_scaling", raw), ("scaled_by_dk", raw / D_K),
+                          ("multiplied_by_sqrt_dk", raw * math.sqrt(D_K)),
+                          ("softmax_in_scores", _A.softmax(raw) / math.sqrt(D_K)),
+                          ("elementwise_scores", q * k / math.sqrt(D_K)),
+                          ("elementwise_scores", q * k)]
 
-        def compute(src):
-            q, k = src["query"], src["key"]
-            raw = q @ np.swapaxes(k, -1, -2)
-            expected = raw / math.sqrt(D_K)
-            return expected, [("transposed_product", np.swapaxes(expected, -1, -2)),
-                              ("no_scaling", raw), ("scaled_by_dk", raw / D_K),
-                              ("multiplied_by_sqrt_dk", raw * math.sqrt(D_K)),
-                              ("softmax_in_scores", _A.softmax(raw) / math.sqrt(D_K)),
-                              ("elementwise_scores", q * k / math.sqrt(D_K)),
-                              ("elementwise_scores", q * k)]
-
-        expected, candidates = _expected(compute, own, notes)
-        return _check_output("attention_scores", "attention_scores", attention_scores,
-                             expected, candidates, strict, notes,
-                             also_right=[ref["attention_scores"]])
-
-    return _guard("attention_scores", run)
+    return _guard("attention_scores", lambda: _check_step(
+        "attention_scores", attention_scores, [("query", query), ("key", key)], compute,
+        strict))
 
 
 def check_attention_weights(attention_scores, attention_weights, *, strict=False) -> CheckResult:
     """Cell 6: attention_weights == softmax(attention_scores, dim=-1), rows sum to 1."""
 
-    def run():
-        ref = _reference()
-        own, notes = _own_or_reference([("attention_scores", attention_scores)])
+    def compute(src):
+        s = src["attention_scores"]
+        e = np.exp(s - s.max(-1, keepdims=True))
+        return _A.softmax(s), [
+            ("softmax_wrong_axis", _A.softmax(s, axis=-2)),
+            ("softmax_wrong_axis", _A.softmax(s, axis=0)),
+            ("exp_without_normalising", np.exp(s)),
+            ("exp_without_normalising", e),
+            ("normalising_without_exp", s / s.sum(-1, keepdims=True)),
+            ("scaling_after_softmax", _A.softmax(s) / math.sqrt(D_K)),
+            ("softmax_not_applied", s)]
 
-        def compute(src):
-            s = src["attention_scores"]
-            e = np.exp(s - s.max(-1, keepdims=True))
-            return _A.softmax(s), [
-                ("softmax_wrong_axis", _A.softmax(s, axis=-2)),
-                ("softmax_wrong_axis", _A.softmax(s, axis=0)),
-                ("exp_without_normalising", np.exp(s)),
-                ("exp_without_normalising", e),
-                ("normalising_without_exp", s / s.sum(-1, keepdims=True)),
-                ("scaling_after_softmax", _A.softmax(s) / math.sqrt(D_K)),
-                ("softmax_not_applied", s)]
-
-        expected, candidates = _expected(compute, own, notes)
-        return _check_output("attention_weights", "attention_weights", attention_weights,
-                             expected, candidates, strict, notes,
-                             also_right=[ref["attention_weights"]])
-
-    return _guard("attention_weights", run)
+    return _guard("attention_weights", lambda: _check_step(
+        "attention_weights", attention_weights, [("attention_scores", attention_scores)],
+        compute, strict))
 
 
 def check_attended_values(attention_weights, value, attended_values, *, attention_scores=None,
@@ -572,10 +568,8 @@ def check_attended_values(attention_weights, value, attended_values, *, attentio
     """
 
     def run():
-        ref = _reference()
-        own, notes = _own_or_reference([("attention_weights", attention_weights),
-                                        ("value", value)])
-        extra = {}
+        # The tensors a mistaken aggregation may use in place of the weights or values.
+        ref, extra = _reference(), {}
         for name, obj in (("attention_scores", attention_scores), ("query", query),
                           ("key", key)):
             try:
@@ -592,10 +586,9 @@ def check_attended_values(attention_weights, value, attended_values, *, attentio
                            ("key_instead_of_value", w @ extra["key"]),
                            ("values_not_weighted", v)]
 
-        expected, candidates = _expected(compute, own, notes)
-        return _check_output("attended_values", "attended_values", attended_values,
-                             expected, candidates, strict, notes,
-                             also_right=[ref["attended_values"]])
+        return _check_step("attended_values", attended_values,
+                           [("attention_weights", attention_weights), ("value", value)],
+                           compute, strict)
 
     return _guard("attended_values", run)
 

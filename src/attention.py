@@ -116,7 +116,7 @@ def _as_mask(mask, target_shape: tuple) -> np.ndarray:
             f"got dtype {mask.dtype}; for a 0/1 array use mask.astype(bool)"
         )
     try:
-        np.broadcast_shapes(mask.shape, target_shape)
+        # The mask may not grow the output: it must broadcast *to* target_shape.
         if np.broadcast_shapes(mask.shape, target_shape) != target_shape:
             raise ValueError
     except ValueError:

@@ -63,7 +63,7 @@ def explore_state(raw_scores, d_k: int, mode: str = "sqrt", temperature: float =
                          attention_table(weights, tokens))
 
 
-def _as_2d(tensor, name):
+def _as_2d(tensor):
     """(L, d) NumPy float64 from a torch tensor or array of shape (L, d) or (1, L, d)."""
     if tensor is None:
         return None
@@ -92,7 +92,7 @@ class AttentionExplorer:
     def __init__(self, query=None, key=None, tokens=None):
         import ipywidgets as w
 
-        q, k = _as_2d(query, "query"), _as_2d(key, "key")
+        q, k = _as_2d(query), _as_2d(key)
         self.source = "your query and key"
         if q is None or k is None or q.shape[1] != k.shape[1]:
             from src.data import load_arrays

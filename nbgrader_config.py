@@ -9,10 +9,22 @@ ROOT = Path(__file__).resolve().parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
-from nbgrader.preprocessors import GetGrades  # noqa: E402
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor  # noqa: E402,E501
+from nbgrader.preprocessors import (  # noqa: E402
+    AssignLatePenalties,
+    CheckCellMetadata,
+    ClearOutput,
+    DeduplicateIds,
+    GetGrades,
+    IgnorePattern,
+    LimitOutput,
+    OverwriteCells,
+    OverwriteKernelspec,
+    SaveAutoGrades,
+)
 
 from src.course import StripHiddenTests, course_dir  # noqa: E402
+from src.grading import RefuseUnsafeSubmission, SafeOutputs, SandboxedExecute, TrustedScores  # noqa: E402
 from src.release import CODE_STUB  # noqa: E402
 
 c = get_config()  # noqa: F821  (provided by traitlets when it loads this file)
@@ -28,8 +40,34 @@ c.CourseDirectory.db_url = f"sqlite:///{course_dir() / 'gradebook.db'}?timeout=3
 # Override with `make grade TIMEOUT=N` (environment variable ATTENTION_CELL_TIMEOUT).
 c.Execute.timeout = int(os.environ.get("ATTENTION_CELL_TIMEOUT", "30"))
 
+# Secure autograding (README, "For instructors"): every road to `nbgrader autograde` (make
+# grade, the plain command, the Formgrader's button) reads this file. A submission with a
+# symlink is refused; each kernel runs in a bubblewrap sandbox; each test cell's score is
+# computed here, in the instructor's process, from the data the kernel exported. nbgrader's
+# own lists, with our three steps added and Execute replaced.
+c.Autograde.sanitize_preprocessors = [
+    RefuseUnsafeSubmission, ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
+    CheckCellMetadata]
+c.Autograde.autograde_preprocessors = [
+    SandboxedExecute, TrustedScores, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+    SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
+# Limits of each sandboxed kernel (the defaults, src/sandbox.py LIMITS, are stated here).
+c.SandboxedExecute.memory_gb = 4.0  # address space (GiB)
+c.SandboxedExecute.processes = 256  # tasks, threads included
+c.SandboxedExecute.file_mb = 64  # largest file written (MiB)
+c.SandboxedExecute.tmp_mb = 256  # /tmp and the working directory, each (MiB)
+c.SandboxedExecute.notebook_seconds = int(os.environ.get("ATTENTION_NOTEBOOK_BUDGET", "300"))
+c.SandboxedExecute.output_kb = 512  # stored output per cell (KiB); more is cut with a note
+c.SandboxedExecute.export_kb = 4096  # largest export file the trusted step reads (KiB)
+# Without bubblewrap (macOS, no user namespaces): `make grade UNSAFE=1` sets
+# ATTENTION_UNSAFE_GRADING=1, which runs kernels unsandboxed and says so on every run.
+
 # The same stub `make release` writes into lesson.ipynb (one source: src/release.py).
 c.ClearSolutions.code_stub = {"python": CODE_STUB}
 
 # Feedback must never show hidden tests (nbgrader #917, #1363).
-c.GenerateFeedback.preprocessors = [GetGrades, StripHiddenTests, CSSHTMLHeaderPreprocessor]
+# Student output in feedback is kept to text and images, and HTML in markdown is sanitised:
+# no script from a submission runs in the browser that opens the feedback.
+c.GenerateFeedback.preprocessors = [GetGrades, StripHiddenTests, SafeOutputs,
+                                    CSSHTMLHeaderPreprocessor]
+c.HTMLExporter.sanitize_html = True

@@ -38,7 +38,6 @@ NOTEBOOK = "lesson"
 #: What the assignment ships beside the notebook. Autograding always copies the
 #: source versions over whatever a student submitted with the same names.
 SHIPPED = ("verify.py", "src", "data")
-DEFAULT_MEMORY_GB = 4.0
 
 
 def course_dir() -> Path:
@@ -84,11 +83,13 @@ def load_config(timeout: int | None = None):
     return PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
 
 
-def make_api(timeout: int | None = None):
+def make_api(timeout: int | None = None, memory_gb: float | None = None):
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
     config = load_config(timeout)
+    if memory_gb is not None:
+        config.SandboxedExecute.memory_gb = float(memory_gb)
     return NbGraderAPI(CourseDirectory(config=config), config=config)
 
 
@@ -137,18 +138,13 @@ def tree_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-_API = None
-
-
-def _init_worker(timeout, memory_bytes):
-    import resource
-
+def _init_worker(timeout, memory_gb):
+    """In a forked grading process: nbgrader's API with this run's overrides."""
     global _API
-    if memory_bytes:
-        # Inherited by every kernel this worker starts: a huge allocation in a
-        # submission raises MemoryError there instead of exhausting the machine.
-        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-    _API = make_api(timeout)
+    _API = make_api(timeout, memory_gb)
+
+
+_API = None
 
 
 def _grade_one(student):
@@ -159,7 +155,7 @@ def _grade_one(student):
 
 
 def _why_failed(student, result) -> str:
-    """A one-line reason for the instructor, from the submission itself if possible."""
+    """A one-line reason for the instructor: the real one, from the submission or the log."""
     import json
 
     folder = course_dir() / "submitted" / student / ASSIGNMENT
@@ -175,9 +171,26 @@ def _why_failed(student, result) -> str:
         json.loads(raw)
     except ValueError as exc:
         return f"{notebook.name} is not valid JSON ({exc})"
-    text = (result.get("log") or "") + "\n" + (result.get("error") or "")
-    lines = [ln.strip() for ln in text.splitlines() if "ERROR" in ln or "Error" in ln]
-    return lines[-1] if lines else "nbgrader could not grade it (see its log)"
+    return log_reason((result.get("log") or "") + "\n" + (result.get("error") or ""))
+
+
+# nbgrader's closing lines, which name no cause.
+_BOILERPLATE = ("Please see the", "There was an error processing assignment",
+                "Traceback (most recent call last)")
+
+
+def log_reason(text: str) -> str:
+    """The last exception message in an nbgrader log (``Name: message``), else its last
+    ERROR line that says something."""
+    import re
+
+    errors = re.findall(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", text, re.M)
+    if errors:
+        name, message = errors[-1]
+        return f"{message.strip()} ({name})"
+    lines = [ln.strip() for ln in text.splitlines()
+             if ("ERROR" in ln or "Error" in ln) and not any(b in ln for b in _BOILERPLATE)]
+    return lines[-1][:300] if lines else "nbgrader could not grade it (see its log)"
 
 
 @dataclass
@@ -189,6 +202,11 @@ class StudentResult:
     score: float | None = None
     max_score: float | None = None
     needs_manual_grade: bool = False
+    #: total the notebook's own test cells showed while grading (None: not graded)
+    shown: float | None = None
+    #: {grade cell: (shown in the notebook, verified)} where the two differ
+    mismatches: dict = field(default_factory=dict)
+    stopped: str | None = None  # why later cells were not run, if they were not
 
 
 @dataclass
@@ -196,6 +214,8 @@ class GradeReport:
     results: list = field(default_factory=list)
     seconds: float = 0.0
     jobs: int = 1
+    unsafe: bool = False
+    warnings: list = field(default_factory=list)
 
     @property
     def failed(self):
@@ -206,11 +226,23 @@ class GradeReport:
         parts = [f"graded {len(self.results)} submissions in {self.seconds:.1f} s with "
                  f"{self.jobs} job{'s' * (self.jobs > 1)}: "
                  f"{len(self.results) - len(self.failed)} ok, {len(self.failed)} failed"]
+        if self.unsafe:
+            parts.insert(0, UNSAFE_BANNER)
         if self.failed:
             parts.append("failed: " + "; ".join(f"{r.student} ({r.error})" for r in self.failed))
         if manual:
             parts.append("needs manual grading: " + ", ".join(manual))
+        differ = [r for r in self.results if r.mismatches]
+        if differ:
+            parts.append("score shown in the notebook differs from the verified one: " + "; ".join(
+                f"{r.student} (shown {r.shown:g}/{r.max_score:g}, verified {r.score:g}/"
+                f"{r.max_score:g})" for r in differ))
+        parts += self.warnings
         return " | ".join(parts)
+
+
+UNSAFE_BANNER = ("UNSAFE: graded WITHOUT the sandbox (UNSAFE=1): student code ran with your "
+                 "rights and could read or change the course")
 
 
 class _Progress:
@@ -266,36 +298,149 @@ def per_cell_scores(db_path: Path | None = None) -> dict:
     return out
 
 
-def grade(jobs: int = 0, timeout: int | None = None, memory_gb: float = DEFAULT_MEMORY_GB,
-          students=None, stream=sys.stdout) -> GradeReport:
-    """Autograde every submission (or ``students``) with ``jobs`` workers."""
+def _worker_main(student, conn, init_args):
+    """A forked process that grades one student and sends back the outcome."""
+    try:
+        _init_worker(*init_args)
+        conn.send(_grade_one(student))
+    except BaseException as exc:  # noqa: BLE001  (reported for this student only)
+        conn.send((student, False, f"grading raised {type(exc).__name__}: {exc}", 0.0))
+    finally:
+        conn.close()
+
+
+def _run_workers(students, jobs, init_args, deadline, on_done):
+    """Grade each student in a forked process of its own, ``jobs`` at a time.
+
+    A process that dies without an answer, or outlives ``deadline`` seconds
+    (it is killed), fails its own student only; the run always goes on.
+    """
     import multiprocessing
+    from multiprocessing.connection import wait
+
+    ctx = multiprocessing.get_context("fork")  # inherits the imported nbgrader (~5 s)
+    pending, running = list(students), {}
+    while pending or running:
+        while pending and len(running) < jobs:
+            student = pending.pop(0)
+            recv, send = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_worker_main, args=(student, send, init_args),
+                               name=f"grade-{student}", daemon=True)
+            proc.start()
+            send.close()
+            running[student] = (proc, recv, time.monotonic())
+        wait([r for _, r, _ in running.values()] + [p.sentinel for p, _, _ in running.values()],
+             timeout=1.0)
+        for student, (proc, recv, t0) in list(running.items()):
+            outcome = None
+            if recv.poll():
+                try:
+                    outcome = recv.recv()
+                except (EOFError, OSError):
+                    outcome = (student, False, "the grading process died "
+                               f"(exit code {proc.exitcode})", time.monotonic() - t0)
+            elif not proc.is_alive():
+                outcome = (student, False, f"the grading process died (exit code "
+                           f"{proc.exitcode})", time.monotonic() - t0)
+            elif time.monotonic() - t0 > deadline:
+                proc.kill()
+                outcome = (student, False, f"grading did not finish within {deadline:.0f} s "
+                           "(process stopped)", time.monotonic() - t0)
+            if outcome is not None:
+                proc.join(5)
+                recv.close()
+                del running[student]
+                on_done(*outcome)
+
+
+def _trusted_report(student) -> dict:
+    import json
+
+    from src.grading import REPORT_NAME
+
+    path = course_dir() / "autograded" / student / ASSIGNMENT / REPORT_NAME
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def grade(jobs: int = 0, timeout: int | None = None, memory_gb: float | None = None,
+          students=None, stream=sys.stdout, unsafe: bool | None = None) -> GradeReport:
+    """Autograde every submission (or ``students``), ``jobs`` at a time, each in a sandbox.
+
+    Submissions that cannot be graded safely (a symlink, a special file, an id that
+    is a pattern) are refused with the reason; nbgrader never sees them.
+    """
+    from src import grading, sandbox
 
     if not (course_dir() / "gradebook.db").exists():
         raise CourseError("no gradebook: run `make release` first")
-    students = list(students) if students is not None else submitted_students()
+    unsafe = grading.unsafe_requested() if unsafe is None else unsafe
+    if unsafe:
+        os.environ[grading.UNSAFE_ENV] = "1"
+        stream.write(f"WARNING: {UNSAFE_BANNER}\n")
+    else:
+        os.environ.pop(grading.UNSAFE_ENV, None)
+        reason = sandbox.unavailable_reason()
+        if reason:
+            raise CourseError(f"cannot grade safely: {reason}")
+    base = course_dir() / "submitted"
+    if students is None:
+        students = sorted(p.name for p in base.iterdir() if (p / ASSIGNMENT).exists()) \
+            if base.is_dir() else []
+    students = list(students)
     if not students:
-        raise CourseError(f"nothing to grade: expected folders "
-                          f"{course_dir() / 'submitted'}/<student>/{ASSIGNMENT}/")
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(students)))
-    before = tree_digest(course_dir() / "submitted")
-    report, progress = GradeReport(jobs=jobs), _Progress(len(students), stream)
-    memory = int(memory_gb * 2**30) if memory_gb else 0
+        raise CourseError(f"nothing to grade: expected folders {base}/<student>/{ASSIGNMENT}/")
+    report, progress = GradeReport(unsafe=unsafe), _Progress(len(students), stream)
+    refused = {}
+    for s in students:
+        problem = grading.id_problem(s)
+        if problem is None:
+            folder = base / s / ASSIGNMENT
+            found = grading.submission_problems(base / s) if (base / s).exists() else [
+                f"no folder {folder}"]
+            problem = ("refused: " + "; ".join(found)) if found else None
+        if problem:
+            refused[s] = problem
+    for group in grading.lookalike_groups(students):
+        report.warnings.append("ids that look alike (Unicode): " + ", ".join(map(repr, group)))
+    todo = [s for s in students if s not in refused]
+    report.jobs = jobs = max(1, min(jobs or os.cpu_count() or 1, max(len(todo), 1)))
+    before = tree_digest(base)
     t0 = time.perf_counter()
-    # fork: the workers inherit the imported nbgrader (about 5 s to import).
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(jobs, initializer=_init_worker, initargs=(timeout, memory)) as pool:
-        for student, ok, error, seconds in pool.imap_unordered(_grade_one, students):
-            report.results.append(StudentResult(student, ok, seconds, error))
-            progress.update(student, ok, f"done in {seconds:.1f} s" if ok else f"FAILED: {error}")
+    for s, why in refused.items():
+        report.results.append(StudentResult(s, False, 0.0, why))
+        progress.update(s, False, f"FAILED: {why}")
+
+    def done(student, ok, error, seconds):
+        report.results.append(StudentResult(student, ok, seconds, error))
+        progress.update(student, ok, f"done in {seconds:.1f} s" if ok else f"FAILED: {error}")
+
+    config = load_config(timeout)
+    per_cell = config.Execute.timeout if "timeout" in config.Execute else 30
+    budget = config.SandboxedExecute.get("notebook_seconds", sandbox.LIMITS.notebook_seconds)
+    # nbgrader's own work (copying, the gradebook) on top of the notebook's budget.
+    deadline = budget + per_cell + 120
+    if todo:
+        _run_workers(todo, jobs, (timeout, memory_gb), deadline, done)
     report.seconds = time.perf_counter() - t0
-    if tree_digest(course_dir() / "submitted") != before:
+    if tree_digest(base) != before:
         raise CourseError("submitted/ changed while grading; this must never happen")
-    scores = _gradebook_scores(students)
+    scores = _gradebook_scores([r.student for r in report.results if r.ok])
     for r in report.results:
         if r.student in scores:
             r.score, r.max_score, r.needs_manual_grade = scores[r.student]
+        if r.ok:
+            trusted = _trusted_report(r.student)
+            cells = trusted.get("cells", [])
+            r.stopped = trusted.get("stopped")
+            r.mismatches = {c["cell"]: (c["shown"], c["verified"]) for c in cells
+                            if c["shown"] is not None and abs(c["shown"] - c["verified"]) > 1e-9}
+            r.shown = sum(c["shown"] or 0.0 for c in cells)
     report.results.sort(key=lambda r: r.student)
+    if unsafe:
+        stream.write(f"WARNING: {UNSAFE_BANNER}\n")
     return report
 
 
@@ -326,8 +471,8 @@ def main(argv=None) -> int:
     g.add_argument("--jobs", type=int, default=0, help="workers (default: cores)")
     g.add_argument("--timeout", type=int, default=None,
                    help="seconds per cell (default: nbgrader_config.py, 30)")
-    g.add_argument("--memory-gb", type=float, default=DEFAULT_MEMORY_GB,
-                   help="address-space limit of each kernel (0: none)")
+    g.add_argument("--memory-gb", type=float, default=None,
+                   help="address-space limit of each kernel (default: nbgrader_config.py)")
     g.add_argument("students", nargs="*", help="only these students")
     sub.add_parser("feedback", help="HTML feedback in course/feedback (no hidden tests)")
     sub.add_parser("export", help="course/grades.csv")
@@ -341,7 +486,13 @@ def main(argv=None) -> int:
                 score = "-" if r.score is None else f"{r.score:g}/{r.max_score:g}"
                 flag = "" if r.ok else f"  FAILED: {r.error}"
                 flag += "  (needs manual grading)" if r.needs_manual_grade else ""
-                print(f"  {r.student:<24} {score:>7}{flag}")
+                if r.mismatches:
+                    flag += f"  shown {r.shown:g}/{r.max_score:g}, verified {r.score:g}/" \
+                            f"{r.max_score:g}: " + ", ".join(
+                                f"{cell} {a:g} vs {b:g}" for cell, (a, b) in r.mismatches.items())
+                if r.stopped:
+                    flag += f"  (later cells not run: {r.stopped})"
+                print(f"  {r.student!r:<26} {score:>7}{flag}")
             print(report.summary())
             return 1 if report.failed else 0
         elif args.command == "feedback":

@@ -1,0 +1,414 @@
+"""Secure autograding: nbgrader preprocessors that nbgrader_config.py puts in its pipeline.
+
+``nbgrader autograde`` normally executes a submission with the instructor's
+rights and takes each test cell's score from what the student's own kernel
+printed. Here (see README, "For instructors"):
+
+1. :class:`RefuseUnsafeSubmission` (first sanitizing step) refuses a
+   submission that holds a symlink or a special file anywhere.
+2. :class:`SandboxedExecute` (replaces nbgrader's ``Execute``) runs the
+   notebook in a :class:`src.sandbox.Sandbox`. Before each test cell it
+   deletes that cell's export file; the cell itself is rewritten to export the
+   data its checks need (``verify.export``) and then run its visible part for
+   the feedback. Right after the cell, the export is read back, as data only
+   (``np.load(allow_pickle=False)``, size-capped, no symlink followed). A cell
+   past its timeout is interrupted; a kernel that ignores the interrupt is
+   killed and the later cells are not run. The whole notebook has a
+   wall-clock budget; stored output per cell is capped.
+3. :class:`TrustedScores` (in the instructor's process, after execution)
+   judges that data with the instructor's ``verify.judge`` (strict checks
+   included) and replaces each test cell's outputs with the trusted result, so
+   the gradebook never takes a number the kernel printed. Where the kernel
+   showed another score, the instructor is told ("shown 9/9, verified 0/9").
+4. :class:`SafeOutputs` (feedback) keeps only inert output types.
+
+Shape legend: not applicable (no tensors here).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import stat
+import sys
+import time
+import unicodedata
+import zipfile
+from pathlib import Path
+
+from jupyter_core.utils import run_sync
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbformat.v4 import new_output
+from nbgrader.preprocessors import ClearHiddenTests, Execute, NbGraderPreprocessor
+from traitlets import Bool, Float, Integer
+
+from src import sandbox as sb
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The file beside each autograded notebook with the trusted step's findings.
+REPORT_NAME = "grading_report.json"
+UNSAFE_ENV = "ATTENTION_UNSAFE_GRADING"
+_KEY = "attention_grading"  # our entry in nbconvert's resources
+#: Output types the feedback may show (no HTML, JavaScript or SVG from a student).
+SAFE_MIME = ("text/plain", "image/png", "image/jpeg")
+
+
+class GradingError(Exception):
+    """A submission that cannot be graded; the message is the reason shown to the instructor."""
+
+
+def _verify():
+    """The instructor's verify.py (the repository's), never one from a submission."""
+    if str(ROOT) not in sys.path[:1]:
+        sys.path.insert(0, str(ROOT))
+    import verify
+
+    if Path(verify.__file__).resolve() != ROOT / "verify.py":
+        raise GradingError(f"verify imported from {verify.__file__}, expected {ROOT}/verify.py")
+    return verify
+
+
+def unsafe_requested() -> bool:
+    return os.environ.get(UNSAFE_ENV, "") not in ("", "0")
+
+
+# ------------------------------------------------------------------ inputs
+def submission_problems(folder: Path) -> list[str]:
+    """Symlinks and special files anywhere below ``folder`` (its own name included)."""
+    problems = []
+    if folder.is_symlink():
+        return [f"{folder.name} is a symlink"]
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            mode = p.lstat().st_mode
+            rel = p.relative_to(folder)
+            if stat.S_ISLNK(mode):
+                problems.append(f"{rel} is a symlink (to {os.readlink(p)})")
+            elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                problems.append(f"{rel} is not a regular file")
+    return problems
+
+
+def id_problem(student: str) -> str | None:
+    """Why a student id cannot be used literally, or None."""
+    if not student or student in (".", ".."):
+        return f"student id {student!r} is not a name"
+    bad = sorted({ch for ch in student if ch in "*?[]/\\" or not ch.isprintable()})
+    if bad:
+        return (f"student id {student!r} contains {' '.join(repr(c) for c in bad)}: nbgrader "
+                "would read it as a file pattern and grade other students; rename the folder")
+    return None
+
+
+def lookalike_groups(students) -> list[list[str]]:
+    """Ids that become equal after Unicode NFKC normalisation and case folding."""
+    groups = {}
+    for s in students:
+        groups.setdefault(unicodedata.normalize("NFKC", s).casefold(), []).append(s)
+    return [sorted(g) for g in groups.values() if len(g) > 1]
+
+
+class RefuseUnsafeSubmission(NbGraderPreprocessor):
+    """Sanitizing step: a submission with a symlink, a special file or an id that is a
+    pattern is refused with the reason (nbgrader then reports the student as failed)."""
+
+    def preprocess(self, nb, resources):
+        info = resources.get("nbgrader", {})
+        folder = Path(resources.get("metadata", {}).get("path", "."))
+        problem = id_problem(info.get("student", ""))
+        problems = ([problem] if problem else []) + submission_problems(folder)
+        if problems:
+            raise GradingError("refused: " + "; ".join(problems))
+        return nb, resources
+
+
+# ------------------------------------------------------------------ exports
+def read_export(directory: Path, name: str, cap_bytes: int) -> dict:
+    """The arrays of ``directory/name`` (an .npz the kernel wrote), as data only.
+
+    Never follows a symlink, never blocks on a FIFO, never unpickles, reads
+    at most ``cap_bytes`` (also uncompressed). Raises GradingError.
+    """
+    import numpy as np
+
+    try:
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise GradingError(f"export directory unreadable ({exc.strerror})") from None
+    try:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
+        except FileNotFoundError:
+            raise GradingError("no data was exported") from None
+        except OSError as exc:
+            raise GradingError(f"export unreadable ({exc.strerror})") from None
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise GradingError("export is not a regular file")
+            if st.st_size > cap_bytes:
+                raise GradingError(f"export is {st.st_size} bytes, over the cap of {cap_bytes}")
+            raw = fh.read(cap_bytes + 1)
+    finally:
+        os.close(dfd)
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as zf:
+            infos = zf.infolist()
+            if len(infos) > 256 or sum(i.file_size for i in infos) > cap_bytes:
+                raise GradingError("export holds too many or too large arrays")
+        with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except GradingError:
+        raise
+    except Exception as exc:  # noqa: BLE001  (anything malformed is the student's data)
+        raise GradingError(f"export is not a valid .npz ({type(exc).__name__})") from None
+
+
+def export_source(grade_id: str, directory: str) -> str:
+    """The line a test cell starts with while grading: export its data, then show it."""
+    return f"__import__('verify').export({grade_id!r}, globals(), {directory!r})\n"
+
+
+# ---------------------------------------------------------------- execution
+class SandboxedExecute(Execute):
+    """nbgrader's Execute, with every kernel in a sandbox and its data read back."""
+
+    memory_gb = Float(sb.LIMITS.memory_gb, help="address-space limit per kernel (GiB)"
+                      ).tag(config=True)
+    processes = Integer(sb.LIMITS.processes, help="tasks per sandbox").tag(config=True)
+    file_mb = Integer(sb.LIMITS.file_mb, help="largest file a kernel writes (MiB)"
+                      ).tag(config=True)
+    tmp_mb = Integer(sb.LIMITS.tmp_mb, help="size of /tmp and the working dir (MiB)"
+                     ).tag(config=True)
+    notebook_seconds = Integer(sb.LIMITS.notebook_seconds,
+                               help="wall-clock budget of a whole notebook").tag(config=True)
+    output_kb = Integer(sb.LIMITS.output_kb, help="stored output per cell (KiB)"
+                        ).tag(config=True)
+    export_kb = Integer(sb.LIMITS.export_kb, help="largest export read (KiB)").tag(config=True)
+    unsafe = Bool(False, help="grade WITHOUT the sandbox (scores are still computed "
+                  "outside the kernel)").tag(config=True)
+
+    def __init__(self, *args, **kwargs):
+        kwargs["kernel_manager_class"] = sb.SandboxKernelManager
+        super().__init__(*args, **kwargs)
+        self.unsafe = self.unsafe or unsafe_requested()
+
+    def limits(self) -> sb.Limits:
+        return sb.Limits(memory_gb=self.memory_gb, processes=self.processes,
+                         file_mb=self.file_mb, tmp_mb=self.tmp_mb, cell_timeout=self.timeout,
+                         notebook_seconds=self.notebook_seconds, output_kb=self.output_kb,
+                         export_kb=self.export_kb)
+
+    def _shipped(self, resources) -> dict:
+        """verify.py, src/, data/ as released: course/source/<assignment>/ (else the repo)."""
+        from src.course import SHIPPED, course_dir
+
+        assignment = resources.get("nbgrader", {}).get("assignment", "")
+        base = course_dir() / "source" / assignment
+        if not all((base / n).exists() for n in SHIPPED):
+            base = ROOT
+        return {n: base / n for n in SHIPPED}
+
+    def preprocess(self, nb, resources=None, km=None):
+        if self.unsafe:
+            self.log.warning("UNSAFE grading: the kernel runs WITHOUT the sandbox, with your "
+                             "rights (scores are still computed outside it)")
+        else:
+            reason = sb.unavailable_reason()
+            if reason:
+                raise GradingError(f"cannot sandbox the kernel: {reason}")
+        verify = _verify()
+        self._cells = verify.GRADE_CELLS
+        self._box = sb.Sandbox(self._shipped(resources), self.limits(), enabled=not self.unsafe)
+        self._state = {"exports": {}, "shown": {}, "stopped": None}
+        self._start = time.monotonic()
+        self._out_bytes = {}
+        self.timeout_func = self._cell_timeout
+        hidden = ClearHiddenTests()
+        for cell in nb.cells:
+            gid = self._grade_id(cell)
+            if gid:  # the hidden tests' logic lives in verify.judge, outside the kernel
+                hidden._remove_hidden_test_region(cell)
+                cell.source = export_source(gid, self._box.export_path) + cell.source
+        try:
+            nb, resources = super().preprocess(nb, resources, km)
+        finally:
+            self._box.cleanup()
+        resources[_KEY] = self._state
+        return nb, resources
+
+    def _grade_id(self, cell):
+        md = cell.metadata.get("nbgrader", {})
+        gid = md.get("grade_id")
+        return gid if cell.cell_type == "code" and md.get("grade") and gid in self._cells else None
+
+    def create_kernel_manager(self):
+        km = super().create_kernel_manager()
+        km.sandbox = self._box
+        return km
+
+    def _remaining(self) -> float:
+        return self.notebook_seconds - (time.monotonic() - self._start)
+
+    def _cell_timeout(self, cell):
+        return max(1, int(min(self.timeout or 1e9, self._remaining())))
+
+    async def async_execute_cell(self, cell, cell_index, execution_count=None,
+                                 store_history=True):
+        if cell.cell_type != "code" or not cell.source.strip():
+            return cell
+        if self._state["stopped"] is None and self._remaining() <= 0:
+            self._state["stopped"] = (f"the notebook used up its {self.notebook_seconds} s "
+                                      "budget")
+        if self._state["stopped"]:
+            cell.outputs = [_error("NotRun", f"not run: {self._state['stopped']}")]
+            return cell
+        gid = self._grade_id(cell)
+        name = f"{gid}.npz" if gid else None
+        if name:  # only what this cell writes counts
+            try:
+                os.unlink(self._box.export_dir / name)
+            except (FileNotFoundError, IsADirectoryError, PermissionError):
+                pass
+        try:
+            cell = await super().async_execute_cell(cell, cell_index, execution_count,
+                                                    store_history)
+        except (CellTimeoutError, DeadKernelError) as exc:
+            died = isinstance(exc, DeadKernelError)
+            why = ("the kernel died" if died else
+                   f"it ran past the {self._cell_timeout(cell)} s limit and ignored the "
+                   "interrupt, so the kernel was stopped")
+            self._state["stopped"] = f"cell #{cell_index}: {why}"
+            cell.outputs.append(_error("KernelStopped", f"this cell stopped grading: {why}"))
+            await self._stop_kernel()
+        if name:
+            try:
+                self._state["exports"][gid] = read_export(self._box.export_dir, name,
+                                                          self.export_kb * 1024)
+            except GradingError as exc:
+                self._state["exports"][gid] = str(exc)
+            self._state["shown"][gid] = _shown_score(cell)
+        return cell
+
+    # nbclient binds its sync wrapper to its own coroutine: bind ours.
+    execute_cell = run_sync(async_execute_cell)
+
+    async def _stop_kernel(self):
+        try:
+            await self.km.shutdown_kernel(now=True)
+        except Exception:  # noqa: BLE001  (already gone)
+            pass
+
+    def output(self, outs, msg, display_id, cell_index):
+        """Store at most ``output_kb`` of output per cell, then one note."""
+        used = self._out_bytes.get(cell_index, 0)
+        if used > self.output_kb * 1024:
+            return None
+        size = len(json.dumps(msg.get("content", {}), default=str))
+        self._out_bytes[cell_index] = used + size
+        if used + size > self.output_kb * 1024:
+            note = new_output("stream", name="stdout",
+                              text=f"\n[output cut: this cell printed more than "
+                                   f"{self.output_kb} KiB]\n")
+            outs.append(note)
+            return note
+        return super().output(outs, msg, display_id, cell_index)
+
+
+def _error(ename, evalue):
+    return new_output("error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+
+
+def _shown_score(cell) -> float | None:
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "execute_result":
+            try:
+                return float(out.get("data", {}).get("text/plain", ""))
+            except ValueError:
+                return None
+    return None
+
+
+# -------------------------------------------------------------- trusted side
+class TrustedScores(NbGraderPreprocessor):
+    """Each test cell's score from the exported data, judged in the instructor's process."""
+
+    def preprocess(self, nb, resources):
+        state = resources.get(_KEY)
+        if state is None:
+            raise GradingError("TrustedScores needs SandboxedExecute before it in "
+                               "Autograde.autograde_preprocessors")
+        verify = _verify()
+        cells, rows = verify.GRADE_CELLS, []
+        for cell in nb.cells:
+            md = cell.metadata.get("nbgrader", {})
+            gid = md.get("grade_id")
+            if not (cell.cell_type == "code" and md.get("grade") and gid in cells):
+                continue
+            data = state["exports"].get(gid)
+            if isinstance(data, dict):
+                summary = verify.judge(gid, data, strict=True)
+                score, max_score = float(summary.score), float(summary.max_score)
+                text, markdown = str(summary), summary._repr_markdown_()
+            else:
+                score, max_score = 0.0, float(sum(cells[gid].values()))
+                why = data or f"not run ({state['stopped'] or 'no data'})"
+                text = f"[FAIL] {gid}: 0/{max_score:g} points\n  Not graded: {why}."
+                markdown = f"✘ **{gid}: 0/{max_score:g} points**\n\nNot graded: {why}."
+            shown = state["shown"].get(gid)
+            rows.append({"cell": gid, "verified": score, "max": max_score, "shown": shown})
+            images = [o for o in cell.get("outputs", []) if o.get("output_type") == "display_data"
+                      and "image/png" in o.get("data", {})]
+            # The kernel's heatmaps stay (PNG only); its text, HTML and score do not.
+            images = [new_output("display_data", data={"image/png": o["data"]["image/png"]})
+                      for o in images if isinstance(o["data"]["image/png"], str)]
+            cell.outputs = images + [
+                new_output("display_data",
+                           data={"text/plain": text, "text/markdown": markdown}),
+                new_output("execute_result", data={"text/plain": repr(score)},
+                           execution_count=cell.get("execution_count")),
+            ]
+        self._report(rows, state, resources)
+        return nb, resources
+
+    def _report(self, rows, state, resources):
+        differ = [r for r in rows
+                  if r["shown"] is not None and abs(r["shown"] - r["verified"]) > 1e-9]
+        student = resources.get("nbgrader", {}).get("student", "?")
+        if differ:
+            shown = sum(r["shown"] if r["shown"] is not None else 0.0 for r in rows)
+            verified = sum(r["verified"] for r in rows)
+            top = sum(r["max"] for r in rows)
+            cells = ", ".join(f"{r['cell']} shown {r['shown']:g}, verified {r['verified']:g}"
+                              for r in differ)
+            self.log.warning("%s: shown %g/%g, verified %g/%g (%s)", student, shown, top,
+                             verified, top, cells)
+        path = resources.get("metadata", {}).get("path")
+        if path:
+            report = Path(path) / REPORT_NAME
+            if report.exists() or report.is_symlink():
+                report.unlink()
+            report.write_text(json.dumps({"student": student, "cells": rows,
+                                          "stopped": state["stopped"]}, indent=1))
+
+
+# ------------------------------------------------------------------ feedback
+class SafeOutputs(NbGraderPreprocessor):
+    """Feedback step: keep only inert outputs (no HTML, JavaScript, SVG or widgets)."""
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type == "code":
+            kept = []
+            for out in cell.get("outputs", []):
+                if "data" in out:
+                    out["data"] = {k: v for k, v in out["data"].items() if k in SAFE_MIME}
+                    out["metadata"] = {}
+                    if not out["data"]:
+                        continue
+                kept.append(out)
+            cell.outputs = kept
+        cell.pop("attachments", None)
+        return cell, resources
+

@@ -1,0 +1,269 @@
+"""A bubblewrap sandbox for each grading kernel.
+
+nbgrader runs a student's notebook with the instructor's rights, in the
+instructor's tree. Here each grading kernel runs inside ``bwrap`` (Debian's
+``bubblewrap``; no images, no daemon) and sees only:
+
+- the Python environment and the system libraries, read-only;
+- a private, size-capped working directory (its cwd) holding the
+  instructor's shipped ``verify.py``, ``src/`` and ``data/`` read-only;
+- ``/grading`` (writable): where the lesson's test cells export the data
+  that the instructor's process then judges (``src/grading.py``);
+- the directory of its own IPC sockets, and a private ``/tmp``.
+
+Nothing else of the course or the repository exists inside (no ``source/``,
+gradebook, other students, ``nbgrader_config.py``, home directory). It has no
+network, loopback included (the kernel talks over IPC sockets), its own PID
+namespace (everything it starts dies with it), no capabilities and, when
+grading as root, a uid of its own. Limits are set inside, before the kernel
+starts: address space, process count, file size; ``/tmp`` and the working
+directory are size-capped tmpfs.
+
+Shape legend: not applicable (no tensors here).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path, PurePosixPath
+
+from jupyter_client.manager import AsyncKernelManager
+
+#: Where the kernel sees things inside the sandbox.
+WORKDIR = "/home/student/attention"
+EXPORT_DIR = "/grading"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-kernel limits of sandboxed grading; nbgrader_config.py sets them (see README)."""
+
+    memory_gb: float = 4.0  # address space of every process in the sandbox
+    processes: int = 256  # tasks (threads count: torch and ipykernel start ~20)
+    file_mb: int = 64  # largest file the kernel may write
+    tmp_mb: int = 256  # each of /tmp and the working directory (tmpfs)
+    cell_timeout: int = 30  # seconds per cell (c.Execute.timeout)
+    notebook_seconds: int = 300  # wall-clock budget of the whole notebook
+    output_kb: int = 512  # stored output per cell; more is cut with a note
+    export_kb: int = 4096  # largest export file the trusted step reads
+
+
+LIMITS = Limits()
+
+# First uid of the per-sandbox uids used when grading as root (far above any account).
+_UID_BASE = 1 << 20
+_UID_SLOTS = 4096
+_LOCK_DIR = Path(tempfile.gettempdir()) / "attention-grading-uids"
+
+# Runs inside the sandbox before the kernel: drop to the sandbox's uid (root only),
+# set the limits, then exec the kernel. RLIMIT_NPROC counts per user namespace (or per
+# uid), so it bounds this sandbox alone.
+_LAUNCHER = """\
+import os, resource, sys
+uid, mem, nproc, fsize = (int(a) for a in sys.argv[1:5])
+if uid >= 0 and os.getuid() == 0:
+    os.setgroups([]); os.setgid(uid); os.setuid(uid)
+for lim, val in ((resource.RLIMIT_AS, mem), (resource.RLIMIT_NPROC, nproc),
+                 (resource.RLIMIT_FSIZE, fsize), (resource.RLIMIT_CORE, 0)):
+    if val >= 0:
+        resource.setrlimit(lim, (val, val))
+os.execv(sys.argv[5], sys.argv[5:])
+"""
+
+
+class SandboxUnavailableError(RuntimeError):
+    """bwrap is missing or cannot create namespaces here; the message names the fix."""
+
+
+@lru_cache(maxsize=1)
+def unavailable_reason() -> str | None:
+    """None when sandboxed grading works on this machine, else what to do about it."""
+    if not sys.platform.startswith("linux"):
+        return (f"sandboxed grading needs Linux namespaces; this is {sys.platform}. Grade on a "
+                "Linux machine, or run `make grade UNSAFE=1` to grade WITHOUT a sandbox")
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return ("bubblewrap (bwrap) is not installed: run `sudo apt-get install bubblewrap` "
+                "(Debian/Ubuntu) or `sudo dnf install bubblewrap`, or run `make grade "
+                "UNSAFE=1` to grade WITHOUT a sandbox")
+    probe = [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/",
+             "--proc", "/proc", "--dev", "/dev", "true"]
+    try:
+        res = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap could not run ({exc})"
+    if res.returncode != 0:
+        err = res.stderr.strip().splitlines()[-1:] or ["no message"]
+        return (f"bwrap cannot create a sandbox here ({err[0]}); unprivileged user namespaces "
+                "may be off: `sudo sysctl -w kernel.unprivileged_userns_clone=1` (Debian) or "
+                "`kernel.apparmor_restrict_unprivileged_userns=0` (Ubuntu 24.04), or run "
+                "`make grade UNSAFE=1` to grade WITHOUT a sandbox")
+    return None
+
+
+def _system_paths() -> list[str]:
+    """What the kernel needs to run Python: interpreter, environment, libraries."""
+    paths = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+             "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
+             "/etc/fonts", "/etc/localtime", sys.base_prefix, sys.prefix,
+             str(Path(sys.executable).resolve().parent.parent)]
+    out = []
+    for p in paths:
+        if os.path.exists(p) and p not in out and not any(
+                PurePosixPath(p).is_relative_to(q) for q in out):
+            out.append(p)
+    return out
+
+
+class _UidSlot:
+    """A uid of its own for one sandbox when grading as root, held by a lock file."""
+
+    def __init__(self):
+        self.uid, self._fd = -1, None
+        if os.getuid() != 0:
+            return  # bwrap maps the caller's uid in a user namespace of its own
+        _LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
+        for i in range(_UID_SLOTS):
+            fd = os.open(_LOCK_DIR / str(i), os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self.uid, self._fd = _UID_BASE + i, fd
+            return
+        raise SandboxUnavailableError("no free sandbox uid (4096 kernels at once?)")
+
+    def release(self):
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class Sandbox:
+    """The private world of one grading kernel (a temporary directory of the instructor).
+
+    ``shipped``: {name inside the working directory: host path}, bound read-only.
+    ``export_dir`` (host side) is ``/grading`` inside; ``run_dir`` holds the IPC sockets.
+    """
+
+    def __init__(self, shipped: dict, limits: Limits = LIMITS, enabled: bool = True):
+        self.limits, self.enabled = limits, enabled
+        self.shipped = {name: Path(p).resolve() for name, p in shipped.items()}
+        self.root = Path(tempfile.mkdtemp(prefix="attention-grading-"))  # mode 0700
+        self.export_dir = self.root / "export"
+        self.run_dir = self.root / "run"
+        self.home = self.root / "home"  # the unsandboxed kernel's cwd (UNSAFE)
+        for d in (self.export_dir, self.run_dir, self.home):
+            d.mkdir()
+        self._slot = _UidSlot() if enabled else None
+        uid = self._slot.uid if self._slot else -1
+        if uid >= 0:
+            for d in (self.root, self.export_dir, self.run_dir):
+                os.chown(d, uid, uid)
+        if not enabled:  # UNSAFE: the kernel runs in a plain copy
+            for name, p in self.shipped.items():
+                (shutil.copytree if p.is_dir() else shutil.copyfile)(p, self.home / name)
+
+    @property
+    def uid(self) -> int:
+        return self._slot.uid if self._slot else -1
+
+    @property
+    def export_path(self) -> str:
+        """The export directory as the kernel sees it."""
+        return EXPORT_DIR if self.enabled else str(self.export_dir)
+
+    def command(self, kernel_cmd: list[str]) -> list[str]:
+        """``kernel_cmd`` wrapped in bwrap and the launcher that sets the limits."""
+        lim = self.limits
+        launcher = [sys.executable, "-c", _LAUNCHER, str(self.uid),
+                    str(int(lim.memory_gb * 2**30) if lim.memory_gb else -1),
+                    # Unsandboxed, RLIMIT_NPROC would count all the instructor's processes.
+                    str(lim.processes if self.enabled else -1), str(lim.file_mb * 2**20)]
+        if not self.enabled:
+            return launcher + kernel_cmd
+        args = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+                "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv"]
+        if os.getuid() == 0:  # no user namespace: drop to the sandbox uid in the launcher
+            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        else:
+            args += ["--unshare-user"]
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        tmpfs = str(lim.tmp_mb * 2**20)
+        args += ["--perms", "1777", "--size", tmpfs, "--tmpfs", "/tmp"]
+        for p in _system_paths():
+            args += _mkdirs(p) + ["--ro-bind", p, p]
+        args += _mkdirs(WORKDIR) + ["--perms", "1777", "--size", tmpfs, "--tmpfs", WORKDIR]
+        for name, p in self.shipped.items():
+            args += ["--ro-bind", str(p), f"{WORKDIR}/{name}"]
+        args += ["--bind", str(self.export_dir), EXPORT_DIR]
+        args += _mkdirs(str(self.run_dir)) + ["--bind", str(self.run_dir), str(self.run_dir)]
+        env = {"HOME": "/tmp", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+               "LANG": "C.UTF-8", "MPLCONFIGDIR": "/tmp/matplotlib",
+               "IPYTHONDIR": "/tmp/ipython", "PYTHONDONTWRITEBYTECODE": "1",
+               # ipykernel's parent poller would see pid 1 (bwrap) and exit: turn it off;
+               # --die-with-parent does that job.
+               "JPY_PARENT_PID": "1",
+               # Two kernels grade at once on small machines: one BLAS thread each.
+               "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        for k, v in env.items():
+            args += ["--setenv", k, v]
+        return args + ["--chdir", WORKDIR, "--"] + launcher + kernel_cmd
+
+    def cleanup(self):
+        shutil.rmtree(self.root, ignore_errors=True)
+        if self._slot:
+            self._slot.release()
+
+
+def _mkdirs(path: str) -> list[str]:
+    """bwrap arguments creating the parents of ``path`` world-readable (bwrap's are 0700)."""
+    out = []
+    for parent in reversed(PurePosixPath(path).parents):
+        if str(parent) != "/":
+            out += ["--perms", "0755", "--dir", str(parent)]
+    return out
+
+
+class SandboxKernelManager(AsyncKernelManager):
+    """An ipykernel started inside a :class:`Sandbox`, talking over IPC sockets.
+
+    Set ``sandbox`` before starting. Interrupts go over the control channel
+    (the kernel's pid is not the process the manager started).
+    """
+
+    sandbox: Sandbox | None = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.transport = "ipc"
+
+    async def _async_pre_start_kernel(self, **kw):
+        box = self.sandbox
+        if box is None:
+            raise SandboxUnavailableError("SandboxKernelManager.sandbox is not set")
+        self.ip = str(box.run_dir / "kernel")  # sockets: kernel-<port>
+        self.connection_file = str(box.run_dir / "kernel.json")
+        self.kernel_spec.interrupt_mode = "message"
+        # bwrap starts in the sandbox's own directory; --chdir moves the kernel to WORKDIR.
+        kw["cwd"] = str(box.root if box.enabled else box.home)
+        # The kernel's own stdout/stderr never reach the grader's terminal or pipe.
+        kw["stdout"] = kw["stderr"] = subprocess.DEVNULL
+        kw["stdin"] = subprocess.DEVNULL
+        cmd, kw = await super()._async_pre_start_kernel(**kw)
+        if box.uid >= 0:
+            os.chown(self.connection_file, box.uid, box.uid)
+        if not box.enabled:
+            kw.pop("env", None)
+            kw["env"] = {**os.environ, "JPY_PARENT_PID": str(os.getpid())}
+        return box.command(cmd), kw
+
+    _async_pre_start_kernel.__doc__ = AsyncKernelManager._async_pre_start_kernel.__doc__

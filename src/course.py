@@ -184,10 +184,12 @@ def log_reason(text: str) -> str:
     ERROR line that says something."""
     import re
 
-    errors = re.findall(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", text, re.M)
+    errors = [(name, message) for name, message in re.findall(
+        r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", text, re.M)
+        if name != "NbGraderException" and not any(b in message for b in _BOILERPLATE)]
     if errors:
         name, message = errors[-1]
-        return f"{message.strip()} ({name})"
+        return f"{message.strip()[:300]} ({name})"
     lines = [ln.strip() for ln in text.splitlines()
              if ("ERROR" in ln or "Error" in ln) and not any(b in ln for b in _BOILERPLATE)]
     return lines[-1][:300] if lines else "nbgrader could not grade it (see its log)"

@@ -119,6 +119,13 @@ class RefuseUnsafeSubmission(NbGraderPreprocessor):
         folder = Path(resources.get("metadata", {}).get("path", "."))
         problem = id_problem(info.get("student", ""))
         problems = ([problem] if problem else []) + submission_problems(folder)
+        for index, cell in enumerate(nb.cells):
+            md = cell.get("metadata", {}).get("nbgrader")
+            if md and not (isinstance(md, dict) and md.get("grade_id")):
+                start = " ".join(str(cell.get("source", "")).split())[:40]
+                problems.append(f"nbgrader cell does not have a grade_id (cell #{index}, "
+                                f"starting {start!r}): its nbgrader metadata was copied or "
+                                "edited")
         if problems:
             raise GradingError("refused: " + "; ".join(problems))
         return nb, resources
@@ -275,11 +282,14 @@ class SandboxedExecute(Execute):
         try:
             cell = await super().async_execute_cell(cell, cell_index, execution_count,
                                                     store_history)
-        except (CellTimeoutError, DeadKernelError) as exc:
-            died = isinstance(exc, DeadKernelError)
-            why = ("the kernel died" if died else
-                   f"it ran past the {self._cell_timeout(cell)} s limit and ignored the "
-                   "interrupt, so the kernel was stopped")
+        except Exception as exc:  # noqa: BLE001  (the kernel is the student's: any failure)
+            if isinstance(exc, DeadKernelError):
+                why = "the kernel died"
+            elif isinstance(exc, CellTimeoutError):
+                why = (f"it ran past the {self._cell_timeout(cell)} s limit and ignored the "
+                       "interrupt, so the kernel was stopped")
+            else:
+                why = f"the kernel misbehaved ({type(exc).__name__}: {str(exc)[:80]})"
             self._state["stopped"] = f"cell #{cell_index}: {why}"
             cell.outputs.append(_error("KernelStopped", f"this cell stopped grading: {why}"))
             await self._stop_kernel()
@@ -395,10 +405,26 @@ class TrustedScores(NbGraderPreprocessor):
 
 
 # ------------------------------------------------------------------ feedback
+#: HTML a markdown cell may keep in feedback (the lesson's hints use details/summary).
+SAFE_TAGS = ("a", "abbr", "b", "blockquote", "br", "code", "details", "div", "em", "h1", "h2",
+             "h3", "h4", "i", "img", "li", "ol", "p", "pre", "span", "strong", "sub", "summary",
+             "sup", "table", "tbody", "td", "th", "thead", "tr", "ul")
+SAFE_ATTRIBUTES = {"a": ["href", "title"], "img": ["src", "alt"], "*": ["class"]}
+
+
 class SafeOutputs(NbGraderPreprocessor):
-    """Feedback step: keep only inert outputs (no HTML, JavaScript, SVG or widgets)."""
+    """Feedback step: keep only inert outputs (no HTML, JavaScript, SVG or widgets) and
+    sanitise the HTML in markdown cells (nbgrader's feedback template does not)."""
 
     def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type == "markdown":
+            import bleach
+
+            cell.source = bleach.clean(cell.source, tags=SAFE_TAGS, attributes=SAFE_ATTRIBUTES,
+                                       protocols=("http", "https", "mailto"))
+        elif cell.cell_type == "raw":  # raw cells pass HTML through untouched: drop the type
+            cell.metadata.pop("raw_mimetype", None)
+            cell.metadata.pop("format", None)
         if cell.cell_type == "code":
             kept = []
             for out in cell.get("outputs", []):

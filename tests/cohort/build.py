@@ -66,7 +66,10 @@ def expected_scores(replace=None) -> dict:
     return out
 
 
-def submission_notebook(replace=None, test_cell_edits=None, drop=()):
+def submission_notebook(replace=None, test_cell_edits=None, drop=(), added=()):
+    """The release with the solutions filled in, ``replace`` edits applied, cells in
+    ``drop`` deleted and ``added`` cells [(after cell id, "code"|"markdown", source)]
+    inserted, as a student who adds cells of their own."""
     release_nb = course_dir() / "release" / ASSIGNMENT / f"{NOTEBOOK}.ipynb"
     nb = nbformat.read(release_nb, as_version=4)
     codes = solved_sources()
@@ -81,6 +84,11 @@ def submission_notebook(replace=None, test_cell_edits=None, drop=()):
         if test_cell_edits and cid in test_cell_edits:
             cell.source = test_cell_edits[cid]
     nb.cells = [c for c in nb.cells if c.get("id") not in drop]
+    for n, (after, kind, text) in enumerate(added):
+        new = (nbformat.v4.new_code_cell if kind == "code" else nbformat.v4.new_markdown_cell)(
+            text, id=f"added-{n}")
+        at = next(i for i, c in enumerate(nb.cells) if c.get("id") == after)
+        nb.cells.insert(at + 1, new)
     return nbformat.writes(nb)
 
 
@@ -169,10 +177,106 @@ def write_submissions(cases, base: Path | None = None) -> list[str]:
         if "raw" in case:
             if case["raw"] is not None:
                 target.write_text(case["raw"], encoding="utf-8")
-        elif case["nb"] is None:
+        elif case.get("nb", 0) is None:
             target.write_bytes(release_nb.read_bytes())
+        elif case.get("symlink_notebook") == "source":  # graded as the instructor's file
+            target.symlink_to(course_dir() / "source" / ASSIGNMENT / f"{NOTEBOOK}.ipynb")
         else:
             target.write_text(case["nb"], encoding="utf-8")
         for name, text in case.get("extra", {}).items():
             (folder / name).write_text(text, encoding="utf-8")
+        for name, link in case.get("symlinks", {}).items():
+            (folder / name).symlink_to(link)
     return [c["name"] for c in cases]
+
+
+def attack_cases(slow_cells: int = 0, cell_timeout: int = 10) -> list[dict]:
+    """Hostile submissions for every class of attack on the grader (tests/cohort/attacks.py).
+
+    ``expected`` holds what an honest grader gives the answers the attacker really
+    wrote; victims hold correct answers and a canary of their own.
+    """
+    import sysconfig
+
+    from src.course import ROOT
+    from tests.cohort import attacks as a
+
+    fmt = dict(course=str(course_dir()), repo=str(ROOT), success=a.SUCCESS, linger=a.LINGER,
+               venv_site=sysconfig.get_paths()["purelib"])
+    full, no_scaling = expected_scores(), expected_scores(NO_SCALING)
+
+    def after(cell, code, edits=None, **extra):
+        return submission_notebook(edits, added=[(cell, "code", code)], **extra)
+
+    def forged(code):  # wrong scores (no scaling) and a one-liner that fakes the check
+        return submission_notebook(NO_SCALING, added=[("cell4_projections_test", "code", code)])
+
+    cases = [
+        dict(name="victim-1", nb=after("cell3_data", f"# {a.VICTIM_SECRET}\n"), expected=full),
+        dict(name="victim-2", nb=submission_notebook(), expected=full),
+        dict(name="attack-read-secrets", expected=full,
+             nb=after("cell4_projections_test", a.READ_SECRETS.format(**fmt))),
+        dict(name="attack-tamper-course", expected=no_scaling,
+             nb=after("cell4_projections_test", a.TAMPER_COURSE.format(**fmt), NO_SCALING)),
+        dict(name="attack-probe-writes", expected=full,
+             nb=after("cell4_projections_test", a.PROBE_WRITES.format(**fmt))),
+        dict(name="attack-hijack-kernels", expected=full,
+             nb=after("cell7_values_test", a.HIJACK_KERNELS.format(**fmt))),
+        dict(name="attack-linger", expected=full,
+             nb=after("cell4_projections_test", a.LINGER_PROCESSES.format(**fmt))),
+        dict(name="attack-derail-grader", expected=full,
+             nb=after("cell7_values_test", a.DERAIL_GRADER.format(**fmt))),
+        dict(name="attack-network", expected=full,
+             nb=after("cell4_projections_test", a.NETWORK.format(**fmt))),
+        dict(name="attack-fork-bomb", expected=full,
+             nb=after("cell7_values_test", a.FORK_BOMB.format(**fmt))),
+        dict(name="attack-big-file", expected=full,
+             nb=after("cell5_scores_test", a.BIG_FILE.format(**fmt))),
+        dict(name="forge-interactivity", nb=forged(a.FORGE_INTERACTIVITY), expected=no_scaling),
+        dict(name="forge-allclose", nb=forged(a.FORGE_ALLCLOSE), expected=no_scaling,
+             shown_differs=True),
+        dict(name="forge-reload", nb=forged(a.FORGE_RELOAD), expected=no_scaling,
+             shown_differs=True),
+        dict(name="forge-repr", nb=forged(a.FORGE_REPR), expected=no_scaling),
+        dict(name="forge-formatter", nb=forged(a.FORGE_FORMATTER), expected=no_scaling,
+             shown_differs=True),
+        dict(name="forge-rewrite-verify", nb=forged(a.FORGE_REWRITE_VERIFY),
+             expected=no_scaling),
+        dict(name="sigint-ignoring-loop", expected=full | {"cell7_values_test": 0.0},
+             stopped="ignored the interrupt",
+             nb=submission_notebook({"cell7_values": [(
+                 "attended_values = attention_weights @ value", a.SIGINT_LOOP)]})),
+        dict(name="output-flood", expected=full,
+             nb=after("cell4_projections_test", a.FLOOD)),
+        dict(name="xss-feedback", expected=full, nb=submission_notebook(added=[
+            ("cell4_projections_test", "code", a.XSS.format(**fmt)),
+            ("cell4_projections_test", "markdown", a.XSS_MARKDOWN.format(**fmt))])),
+        dict(name="symlinked-notebook", symlink_notebook="source", fails="is a symlink"),
+        dict(name="symlink-inside", nb=submission_notebook(), symlinks={"data": "../../.."},
+             fails="data is a symlink"),
+        dict(name="[b]ob", nb=submission_notebook(), fails="file pattern"),
+        dict(name="*", nb=submission_notebook(), fails="file pattern"),
+        dict(name="bob", nb=submission_notebook(NO_SCALING), expected=no_scaling),
+        dict(name="alice", nb=submission_notebook(), expected=full, lookalike=True),
+        dict(name="\uff41lice", nb=submission_notebook(), expected=full, lookalike=True),
+        dict(name="no-grade-id", fails="grade_id", nb=_without_grade_id()),
+    ]
+    if slow_cells:
+        sleepy = [("cell4_projections_test", "code", a.SLOW_CELL.format(seconds=cell_timeout - 1))
+                  ] * slow_cells
+        cases.append(dict(name="many-slow-cells", nb=submission_notebook(added=sleepy),
+                          expected={g: (full[g] if g == "cell4_projections_test" else 0.0)
+                                    for g in full}, stopped="budget"))
+    for case in cases:
+        case.setdefault("fmt", fmt)
+    assert len({c["name"] for c in cases}) == len(cases)
+    return cases
+
+
+def _without_grade_id():
+    """A student who pasted a test cell's metadata onto a cell of their own, minus its id."""
+    nb = nbformat.reads(submission_notebook(), as_version=4)
+    for cell in nb.cells:
+        if cell.get("id") == "cell5_scores":
+            del cell.metadata["nbgrader"]["grade_id"]
+    return nbformat.writes(nb)

@@ -1,34 +1,81 @@
-"""A class-sized cohort graded for real: `make test-cohort` (a few minutes).
+"""A class-sized hostile cohort graded for real: `make test-cohort` (several minutes).
 
-Hostile and broken submissions and one submission per catalogued mistake,
-graded in parallel with nbgrader's own machinery: each gets a sensible score
-or a clear error for that student alone, the run finishes, grading twice
-gives the same gradebook and submitted/ is left byte-identical.
+Broken submissions, one per catalogued mistake, and one per class of attack on
+the grader (tests/cohort/attacks.py) beside honest students and victims, all
+graded in parallel in the sandbox by nbgrader's own machinery. Each gets the
+score its real answers deserve or a named failure; no attack earns a point,
+changes anything outside its folder, leaks a secret into any notebook or
+feedback, leaves a process running or stops the run; a regrade through a pipe
+returns and writes the same gradebook.
 """
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
 
 import pytest
 
 from src import course
-from tests.cohort.build import hostile_cases, mistake_cases, write_submissions
+from src.grading import REPORT_NAME
+from tests.cohort import attacks
+from tests.cohort.build import attack_cases, hostile_cases, mistake_cases, write_submissions
 
 pytestmark = pytest.mark.cohort
 TIMEOUT = 10  # seconds per cell; the lesson's slowest cell takes < 1 s
+BUDGET = 60  # seconds per notebook, so that many slow cells hit it quickly
+ROOT = course.ROOT
+
+
+def _digest(paths):
+    h = hashlib.sha256()
+    for path in paths:
+        for p in sorted(Path(path).rglob("*")) if Path(path).is_dir() else [Path(path)]:
+            if "__pycache__" in p.parts:
+                continue
+            h.update(str(p).encode())
+            if p.is_file() and not p.is_symlink():
+                h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _outside_state():
+    """Everything of the instructor's that a submission must never change."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    return {"repo": _digest([ROOT / "nbgrader_config.py", ROOT / "verify.py", ROOT / "src"]),
+            "pth": sorted(p.name for p in site.glob("*.pth")),
+            "source": _digest([course.course_dir() / "source"]),
+            "release": _digest([course.course_dir() / "release"]),
+            "secret": (course.course_dir() / "INSTRUCTOR_SECRET.txt").read_text()}
+
+
+def _lingering():
+    out = subprocess.run(["pgrep", "-af", attacks.LINGER], capture_output=True, text=True)
+    return [ln for ln in out.stdout.splitlines() if "pgrep" not in ln]
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("ATTENTION_COURSE_DIR", str(tmp_path_factory.mktemp("course")))
+    mp.setenv("ATTENTION_NOTEBOOK_BUDGET", str(BUDGET))
     course.release()
-    cases = hostile_cases() + mistake_cases()
+    (course.course_dir() / "INSTRUCTOR_SECRET.txt").write_text(attacks.INSTRUCTOR_SECRET)
+    cases = hostile_cases() + mistake_cases() + attack_cases(slow_cells=8, cell_timeout=TIMEOUT)
     write_submissions(cases)
+    before = _outside_state()
     report = course.grade(jobs=2, timeout=TIMEOUT)
-    yield cases, report, course.per_cell_scores()
+    course.feedback()
+    yield cases, report, course.per_cell_scores(), before
     mp.undo()
 
 
-def test_every_submission_gets_its_expected_scores(graded):
-    cases, report, scores = graded
+def test_every_submission_gets_what_its_answers_deserve(graded):
+    cases, report, scores, _ = graded
     by_name = {r.student: r for r in report.results}
     assert sorted(by_name) == sorted(c["name"] for c in cases)
     for case in cases:
@@ -46,18 +93,111 @@ def test_every_submission_gets_its_expected_scores(graded):
                 assert auto == pytest.approx(points), (case["name"], grade_id, got)
 
 
-def test_failures_are_named_and_isolated(graded):
-    _, report, _ = graded
+def test_failures_are_named_one_line_each(graded):
+    cases, report, _, _ = graded
     failed = {r.student: r.error for r in report.failed}
-    assert set(failed) == {"not-json", "empty-file", "missing-notebook"}
+    assert set(failed) == {c["name"] for c in cases if c.get("fails")}
+    for student, error in failed.items():
+        assert "\n" not in error and "Please see the" not in error, (student, error)
     summary = report.summary()
-    assert "3 failed" in summary and "not-json (lesson.ipynb is not valid JSON" in summary
+    assert "not-json (lesson.ipynb is not valid JSON" in summary
     assert "needs manual grading: deleted-graded-cell" in summary
+    assert "'alice', 'ａlice'" in summary  # look-alike ids are flagged
 
 
-def test_grading_again_gives_the_same_gradebook(graded):
-    _, _, first = graded
+def test_a_forged_score_is_caught_and_reported(graded):
+    cases, report, _, _ = graded
+    by_name = {r.student: r for r in report.results}
+    for case in cases:
+        if case.get("shown_differs"):
+            r = by_name[case["name"]]
+            assert r.shown == 9.0 and r.score == 7.0, (case["name"], r)
+            assert f"{case['name']} (shown 9/9, verified 7/9)" in report.summary()
+
+
+def test_stopped_kernels_keep_the_scores_of_cells_that_finished(graded):
+    cases, report, _, _ = graded
+    by_name = {r.student: r for r in report.results}
+    for case in cases:
+        if case.get("stopped"):
+            assert case["stopped"] in (by_name[case["name"]].stopped or ""), case["name"]
+
+
+def _outputs(student):
+    nb = course.course_dir() / "autograded" / student / course.ASSIGNMENT / "lesson.ipynb"
+    cells = json.loads(nb.read_text())["cells"]
+    return json.dumps([c.get("outputs", []) for c in cells])
+
+
+def test_no_attack_succeeded_and_no_secret_leaked(graded):
+    cases, report, _, _ = graded
+    root = course.course_dir()
+    for r in report.results:
+        if not r.ok:
+            continue
+        outputs = _outputs(r.student)
+        assert attacks.SUCCESS not in outputs, (r.student, outputs[:3000])
+        for secret in (attacks.INSTRUCTOR_SECRET, "SQLite format 3", "BEGIN SOLUTION",
+                       "c.CourseDirectory"):
+            assert secret not in outputs, (r.student, secret)
+        if r.student != "victim-1":
+            assert attacks.VICTIM_SECRET not in outputs, r.student
+    for page in (root / "feedback").rglob("*.html"):
+        text = page.read_text()
+        assert attacks.INSTRUCTOR_SECRET not in text, page
+        if "victim-1" not in page.parts:
+            assert attacks.VICTIM_SECRET not in text, page
+
+
+def test_nothing_outside_the_attackers_folder_changed(graded):
+    *_, before = graded
+    assert _outside_state() == before
+    root = course.course_dir()
+    assert (root / "gradebook.db").is_file()
+    assert (root / "submitted" / "victim-1" / course.ASSIGNMENT / "lesson.ipynb").is_file()
+
+
+def test_no_process_survives_grading(graded):
+    assert _lingering() == []
+    assert not list(Path("/tmp").glob("attention-grading-*"))
+
+
+def test_flooded_output_is_capped_with_a_note(graded):
+    outputs = _outputs("output-flood")
+    assert len(outputs) < 2 * 2**20 and "[output cut: this cell printed more than" in outputs
+
+
+def test_feedback_runs_no_script_from_a_student(graded):
+    page = (course.course_dir() / "feedback" / "xss-feedback" / course.ASSIGNMENT
+            / "lesson.html").read_text()
+    assert "My notes &lt;script&gt;" in page  # the student's markdown is there, defused
+    assert "<script>document.title" not in page and "<svg" not in page
+    assert "application/javascript" not in page
+    assert not re.search(r"<[a-z]+[^<>]*\son[a-z]+\s*=", page)  # no event handler in a tag
+
+
+def test_a_regrade_through_a_pipe_returns_and_gives_the_same_gradebook(graded):
+    _, _, first, _ = graded
     before = course.tree_digest(course.course_dir() / "submitted")
-    course.grade(jobs=2, timeout=TIMEOUT)
+    env = dict(os.environ, ATTENTION_COURSE_DIR=str(course.course_dir()),
+               ATTENTION_NOTEBOOK_BUDGET=str(BUDGET))
+    # `make grade | cat`: the pipe closes when grading ends, whatever a kernel left behind.
+    proc = subprocess.run([sys.executable, "-m", "src.course", "grade", "--jobs", "2",
+                           "--timeout", str(TIMEOUT)], cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800)
+    assert proc.returncode == 1, proc.stdout[-3000:]  # the broken submissions fail again
+    assert b"graded " in proc.stdout
     assert course.per_cell_scores() == first
     assert course.tree_digest(course.course_dir() / "submitted") == before
+    assert _lingering() == []
+
+
+def test_report_file_is_beside_each_autograded_notebook(graded):
+    _, report, _, _ = graded
+    for r in report.results:
+        if r.ok:
+            path = course.course_dir() / "autograded" / r.student / course.ASSIGNMENT / REPORT_NAME
+            cells = json.loads(path.read_text())["cells"]
+            assert {c["cell"] for c in cells} == {
+                "cell4_projections_test", "cell5_scores_test", "cell6_softmax_test",
+                "cell7_values_test"} or r.student == "deleted-graded-cell"

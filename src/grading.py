@@ -243,6 +243,9 @@ class SandboxedExecute(Execute):
             nb, resources = super().preprocess(nb, resources, km)
         finally:
             self._box.cleanup()
+        for cell in nb.cells:  # the feedback shows the test cell as the student knows it
+            if self._grade_id(cell):
+                cell.source = cell.source.split("\n", 1)[1]
         resources[_KEY] = self._state
         return nb, resources
 

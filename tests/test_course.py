@@ -1,7 +1,12 @@
-"""The instructor workflow end to end, on a small class (the full cohort: make test-cohort)."""
+"""The instructor workflow end to end, on a small class (the full cohort: make test-cohort).
+
+Grading is sandboxed and scored outside the kernel (src/grading.py) on every road: `make
+grade` (src.course.grade) and plain `nbgrader autograde` write the same gradebook, and a
+submission that patches np.allclose gets its honest score from both."""
 
 import csv
 import html
+import io
 import json
 import os
 import re
@@ -13,14 +18,16 @@ from pathlib import Path
 import pytest
 
 from src import course
-from tests.cohort.build import hostile_cases, mistake_cases, write_submissions
+from src.grading import UNSAFE_ENV
+from tests.cohort.build import attack_cases, hostile_cases, mistake_cases, write_submissions
 from tests.notebook_utils import LESSON, ROOT
 
 pytestmark = pytest.mark.slow
 TIMEOUT = 10
 NAMES = {"correct", "tampered-verify-py", "redefined-verify", "not-json",
-         "mistake-softmax_wrong_axis"}
-HIDDEN = ("BEGIN HIDDEN TESTS", "strict=True", "importlib.reload", "tampered with\"")
+         "mistake-softmax_wrong_axis", "forge-allclose"}
+#: What the kernel must never hold, nor feedback show: hidden tests, the export plumbing.
+HIDDEN = ("BEGIN HIDDEN TESTS", "strict=True", "importlib.reload", "verify').export(")
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +36,8 @@ def graded(tmp_path_factory):
     root = tmp_path_factory.mktemp("course")
     mp.setenv("ATTENTION_COURSE_DIR", str(root))
     course.release()
-    cases = [c for c in hostile_cases() + mistake_cases() if c["name"] in NAMES]
+    cases = [c for c in hostile_cases() + mistake_cases() + attack_cases()
+             if c["name"] in NAMES]
     write_submissions(cases)
     sequential = tmp_path_factory.mktemp("sequential") / "course"
     shutil.copytree(root, sequential)
@@ -71,11 +79,12 @@ def test_report_names_the_broken_submission(graded):
     *_, report = graded
     assert [r.student for r in report.failed] == ["not-json"]
     assert report.failed[0].error
-    assert report.summary().startswith("graded 5 submissions in ")
-    assert "4 ok, 1 failed" in report.summary()
+    assert report.summary().startswith("graded 6 submissions in ")
+    assert "5 ok, 1 failed" in report.summary()
     scores = {r.student: r.score for r in report.results}
     assert scores["correct"] == 9.0 and scores["tampered-verify-py"] == 7.0
-    assert scores["redefined-verify"] == 7.0
+    assert scores["redefined-verify"] == 7.0 and scores["forge-allclose"] == 7.0
+    assert "forge-allclose (shown 9/9, verified 7/9)" in report.summary()
 
 
 def page_text(path):
@@ -83,19 +92,28 @@ def page_text(path):
     return html.unescape(re.sub(r"<[^>]+>", "", path.read_text()))
 
 
-def test_feedback_never_shows_hidden_tests(graded):
+def test_feedback_shows_the_trusted_score_and_nothing_hidden(graded):
     root, *_ = graded
     course.feedback()
-    autograded = (root / "autograded" / "redefined-verify" / course.ASSIGNMENT
-                  / "lesson.ipynb").read_text()
-    assert "strict=True" in autograded  # the hidden tests did run ...
-    for student in ("correct", "redefined-verify"):
+    for student in ("correct", "redefined-verify", "forge-allclose"):
+        autograded = (root / "autograded" / student / course.ASSIGNMENT
+                      / "lesson.ipynb").read_text()
         text = page_text(root / "feedback" / student / course.ASSIGNMENT / "lesson.html")
         assert "check_attention_scores(query, key, attention_scores)" in text
-        for secret in HIDDEN:  # ... and leave no trace in the feedback
-            assert secret not in text, (student, secret)
-    text = page_text(root / "feedback" / "redefined-verify" / course.ASSIGNMENT / "lesson.html")
-    assert "AssertionError: the check was tampered with" in text  # the reason, not the code
+        for secret in HIDDEN:
+            assert secret not in autograded and secret not in text, (student, secret)
+    text = page_text(root / "feedback" / "forge-allclose" / course.ASSIGNMENT / "lesson.html")
+    assert "[FAIL] Cell 5" in text  # the verified result, not the one the kernel showed
+
+
+def test_unsafe_grading_says_so_and_still_scores_outside_the_kernel(graded, monkeypatch):
+    root, *_ = graded
+    monkeypatch.setenv(UNSAFE_ENV, "1")
+    out = io.StringIO()
+    report = course.grade(jobs=1, timeout=TIMEOUT, students=["forge-allclose"], stream=out)
+    assert out.getvalue().count("UNSAFE: graded WITHOUT the sandbox") == 2  # start and end
+    assert report.summary().startswith("UNSAFE")
+    assert report.results[0].score == 7.0  # the forged check still earns nothing
 
 
 def test_export_writes_grades_csv(graded):

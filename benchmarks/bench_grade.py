@@ -1,12 +1,20 @@
-"""Parallel grading against plain sequential `nbgrader autograde` (``make bench-grade``).
+"""Sandboxed parallel grading against plain sequential `nbgrader autograde` (``make bench-grade``).
 
 24 synthetic submissions (the correct solution and the catalogued mistakes,
-in turn) are graded twice from identical copies of one course: by
-``src.course.grade`` with JOBS workers and by ``nbgrader autograde
-attention --force`` in a subprocess, in the same run. Both gradebooks must
-hold the same per-cell scores. Target: at least 1.7x faster on 2 cores.
-Seconds per submission are printed next to the floor of executing one
-notebook: a fresh kernel doing only the lesson's imports.
+in turn) are graded three times from identical copies of one course, in the
+same run:
+
+- ours: ``src.course.grade`` with JOBS workers, every kernel sandboxed and
+  scored outside it (what ``make grade`` does);
+- ours, UNSAFE=1: the same without the sandbox, to measure its cost;
+- plain: ``nbgrader autograde attention --force`` in a subprocess with
+  nbgrader's own default pipeline (an nbgrader_config.py that sets only the
+  course, the timeout and the stub), one submission after another.
+
+Target: ours at least 1.7x faster than plain on 2 cores, and the same
+per-cell scores for every submission (these are honest: none attacks the
+grader). Seconds per submission are printed next to the floor of executing
+one notebook: a fresh kernel doing only the lesson's imports.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import nbformat
 
 from benchmarks.bench_lesson import imports_only, run_notebook
 from src import course
+from src.release import CODE_STUB
 from tests.cohort.build import mistake_cases, submission_notebook, write_submissions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,22 +56,42 @@ def main(argv=None):
                  for i in range(args.submissions)]
         write_submissions(cases)
         shutil.copytree(ours_dir, seq_dir)
+        unsafe_dir = Path(tmp) / "unsafe"
+        shutil.copytree(ours_dir, unsafe_dir)
 
-        t0 = time.perf_counter()
         with open(os.devnull, "w") as quiet:
+            t0 = time.perf_counter()
             report = course.grade(jobs=args.jobs, stream=quiet)
-        ours = time.perf_counter() - t0
+            ours = time.perf_counter() - t0
+            os.environ["ATTENTION_COURSE_DIR"] = str(unsafe_dir)
+            t0 = time.perf_counter()
+            course.grade(jobs=args.jobs, stream=quiet, unsafe=True)
+            unsafe = time.perf_counter() - t0
+            os.environ.pop("ATTENTION_UNSAFE_GRADING", None)
+        unsafe_scores = course.per_cell_scores()
+        os.environ["ATTENTION_COURSE_DIR"] = str(ours_dir)
 
+        # nbgrader's own pipeline: a config that sets only what the course needs.
+        plain_cfg = Path(tmp) / "plain"
+        plain_cfg.mkdir()
+        (plain_cfg / "nbgrader_config.py").write_text(
+            f"c = get_config()\nc.CourseDirectory.root = {str(seq_dir)!r}\n"
+            "c.CourseDirectory.course_id = 'attention-course'\n"
+            f"c.ClearSolutions.code_stub = {{'python': {CODE_STUB!r}}}\n")
         env = dict(os.environ, ATTENTION_COURSE_DIR=str(seq_dir),
                    PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
         t0 = time.perf_counter()
         res = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", "attention",
-                              "--force"], cwd=ROOT, env=env, capture_output=True, text=True)
+                              "--force"], cwd=plain_cfg, env=env, capture_output=True,
+                             text=True)
         sequential = time.perf_counter() - t0
         if res.returncode != 0:
             raise SystemExit(f"sequential nbgrader autograde failed:\n{res.stderr[-2000:]}")
 
-        same = course.per_cell_scores() == course.per_cell_scores(seq_dir / "gradebook.db")
+        ours_scores = course.per_cell_scores()
+        plain_scores = course.per_cell_scores(seq_dir / "gradebook.db")
+        differ = sorted(s for s in ours_scores if ours_scores[s] != plain_scores.get(s))
+        same = not differ and ours_scores == unsafe_scores
         nb = nbformat.read(ROOT / "complete_lesson.ipynb", as_version=4)
         floor = min(run_notebook(imports_only(nb)) for _ in range(3))
         lesson = min(run_notebook(nbformat.read(ROOT / "complete_lesson.ipynb", as_version=4))
@@ -71,12 +100,15 @@ def main(argv=None):
     n = args.submissions
     speedup = sequential / ours
     print(f"{n} submissions, {args.jobs} jobs, {os.cpu_count()} cores")
-    print(f"  ours (make grade)             {ours:7.1f} s   {ours / n:5.2f} s per submission")
+    print(f"  ours (make grade, sandboxed)  {ours:7.1f} s   {ours / n:5.2f} s per submission")
+    print(f"  ours, UNSAFE=1 (no sandbox)   {unsafe:7.1f} s   {unsafe / n:5.2f} s per submission")
+    print(f"  sandbox cost                  {(ours - unsafe) / n * args.jobs:+7.2f} s per "
+          f"submission ({ours / unsafe:.2f}x)")
     print(f"  nbgrader autograde (serial)   {sequential:7.1f} s   {sequential / n:5.2f} s per "
           "submission")
     print(f"  speed-up                      {speedup:7.2f}x  (target >= 1.7: "
           f"{'met' if speedup >= 1.7 else 'MISSED'})")
-    print(f"  per-cell scores identical     {same}")
+    print(f"  per-cell scores identical     {same}" + (f" (differ: {differ})" if differ else ""))
     print(f"  failures                      {len(report.failed)}")
     print(f"  floor: one fresh kernel doing only the lesson's imports {floor:5.2f} s; "
           f"the whole reference lesson {lesson:5.2f} s")

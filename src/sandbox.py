@@ -60,7 +60,7 @@ LIMITS = Limits()
 # First uid of the per-sandbox uids used when grading as root (far above any account).
 _UID_BASE = 1 << 20
 _UID_SLOTS = 4096
-_LOCK_DIR = Path(tempfile.gettempdir()) / "attention-grading-uids"
+_LOCK_DIR = Path(tempfile.gettempdir()) / "attention-sandbox-uids"
 
 # Runs inside the sandbox before the kernel: drop to the sandbox's uid (root only),
 # set the limits, then exec the kernel. RLIMIT_NPROC counts per user namespace (or per

@@ -48,9 +48,10 @@ c.Execute.timeout = int(os.environ.get("ATTENTION_CELL_TIMEOUT", "30"))
 c.Autograde.sanitize_preprocessors = [
     RefuseUnsafeSubmission, ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
     CheckCellMetadata]
+# SafeOutputs also here: the Formgrader shows autograded notebooks as they are stored.
 c.Autograde.autograde_preprocessors = [
-    SandboxedExecute, TrustedScores, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
-    SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
+    SandboxedExecute, TrustedScores, SafeOutputs, IgnorePattern, ClearMetadataPreprocessor,
+    LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
 # Limits of each sandboxed kernel (the defaults, src/sandbox.py LIMITS, are stated here).
 c.SandboxedExecute.memory_gb = 4.0  # address space (GiB)
 c.SandboxedExecute.processes = 256  # tasks, threads included

@@ -167,6 +167,12 @@ def test_flooded_output_is_capped_with_a_note(graded):
     assert len(outputs) < 2 * 2**20 and "[output cut: this cell printed more than" in outputs
 
 
+def test_autograded_notebooks_hold_only_inert_outputs(graded):
+    outputs = _outputs("xss-feedback")  # what the Formgrader shows
+    for active in ("text/html", "application/javascript", "image/svg+xml", "<script"):
+        assert active not in outputs, active
+
+
 def test_feedback_runs_no_script_from_a_student(graded):
     page = (course.course_dir() / "feedback" / "xss-feedback" / course.ASSIGNMENT
             / "lesson.html").read_text()

@@ -25,7 +25,7 @@ from tests.notebook_utils import LESSON, ROOT
 pytestmark = pytest.mark.slow
 TIMEOUT = 10
 NAMES = {"correct", "tampered-verify-py", "redefined-verify", "not-json",
-         "mistake-softmax_wrong_axis", "forge-allclose"}
+         "mistake-softmax_wrong_axis", "forge-allclose", "forge-formatter"}
 #: What the kernel must never hold, nor feedback show: hidden tests, the export plumbing.
 HIDDEN = ("BEGIN HIDDEN TESTS", "strict=True", "importlib.reload", "verify').export(")
 
@@ -79,12 +79,13 @@ def test_report_names_the_broken_submission(graded):
     *_, report = graded
     assert [r.student for r in report.failed] == ["not-json"]
     assert report.failed[0].error
-    assert report.summary().startswith("graded 6 submissions in ")
-    assert "5 ok, 1 failed" in report.summary()
+    assert report.summary().startswith("graded 7 submissions in ")
+    assert "6 ok, 1 failed" in report.summary()
     scores = {r.student: r.score for r in report.results}
     assert scores["correct"] == 9.0 and scores["tampered-verify-py"] == 7.0
     assert scores["redefined-verify"] == 7.0 and scores["forge-allclose"] == 7.0
-    assert "forge-allclose (shown 9/9, verified 7/9)" in report.summary()
+    assert scores["forge-formatter"] == 7.0
+    assert "forge-formatter (shown 9/9, verified 7/9)" in report.summary()
 
 
 def page_text(path):
@@ -128,3 +129,21 @@ def test_grade_without_a_release_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTENTION_COURSE_DIR", str(tmp_path))
     with pytest.raises(course.CourseError, match="run `make release` first"):
         course.grade(jobs=1)
+
+
+def test_a_lost_worker_fails_its_student_only(graded, monkeypatch):
+    """Unsandboxed (UNSAFE=1), a kernel can kill the process grading it: the pool goes on."""
+    from tests.cohort.build import submission_notebook
+
+    root, *_ = graded
+    kill = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
+    write_submissions([dict(name="kills-its-grader", nb=submission_notebook(
+        added=[("cell4_projections_test", "code", kill)]))])
+    monkeypatch.setenv(UNSAFE_ENV, "1")
+    report = course.grade(jobs=2, timeout=TIMEOUT, students=["kills-its-grader", "correct"],
+                          stream=io.StringIO())
+    by_name = {r.student: r for r in report.results}
+    assert by_name["correct"].ok and by_name["correct"].score == 9.0
+    assert not by_name["kills-its-grader"].ok
+    assert "the grading process died (exit code -9)" in by_name["kills-its-grader"].error
+    shutil.rmtree(root / "submitted" / "kills-its-grader")

@@ -1,9 +1,20 @@
-"""The catalogue of mistakes as edits of the reference's own cells.
+"""The catalogue of mistakes, injected two ways.
 
-Each entry: (mistake id, {cell id: [(old, new)]}, the check that must name it,
-other checks that fail by design). Used by tests/test_verify.py (in-process)
-and by the graded cohorts (real nbgrader).
+1. ``CATALOGUE``: a mistake as an edit of the reference's own cells. Each entry:
+   (mistake id, {cell id: [(old, new)]}, the check that must name it, other
+   checks that fail by design). Used by tests/test_verify.py (in-process) and
+   by the graded cohorts (real nbgrader). The wider set of student attempts
+   is tests/corpus.py.
+2. :func:`inject`: every entry of ``verify.MISTAKES``, reproduced from the
+   step's inputs as the entry says (``reproduce``, ``fns``, ``factor``, an
+   ``example`` error, or the fact its ``kind`` names) and written into the
+   observed data of a right answer. Used by tests/test_verify.py to show that
+   every entry is named by its own diagnosis and that none shadows another.
 """
+
+import numpy as np
+
+import verify
 
 PROJ = "query = q_proj(x)"
 SCALE = "attention_scores = raw_scores / math.sqrt(d_k)"
@@ -55,9 +66,10 @@ CATALOGUE = [
      "attention_weights", ()),
     ("no_max_subtraction", {"cell6_softmax": [(EXPS, "exps = torch.exp(x)")]},
      "softmax", ()),
+    # The scores are overwritten in place when Cell 6 runs, after Cell 5's check.
     ("mutates_input",
      {"cell6_softmax": [(EXPS, "x -= x_max\n    exps = torch.exp(x)")]},
-     "softmax", ("attention_scores",)),  # the scores got overwritten in place
+     "softmax", ()),
     ("weights_transposed",
      {"cell7_values": [(AGG, "attended_values = attention_weights.transpose(-2, -1) @ value")]},
      "attended_values", ()),
@@ -82,3 +94,131 @@ CATALOGUE = [
      {"cell5_scores": [(SCALE, "attention_scores = raw_scores / 0.0")]},
      "attention_scores", ("attention_weights", "attended_values")),
 ]
+
+# ----------------------------------------------------------- data injection
+#: The tensor each step's injection changes (the one a step's mistake is seen in).
+TARGET = {"projections": "key", "attention_scores": "attention_scores",
+          "attention_weights": "attention_weights", "attended_values": "attended_values"}
+TENSOR_STEPS = list(TARGET)
+EXAMPLE_ERROR = ("NameError: name 'dk' is not defined",
+                 "attention_scores = raw_scores / math.sqrt(dk)")
+
+
+def steps_of(mistake):
+    """The checks an entry is injected into: its own, or every tensor check for "any"."""
+    if mistake.step == "any":
+        return TENSOR_STEPS
+    if mistake.fns and mistake.in_weights:
+        ref = verify._reference()
+        weights = mistake.fns[0](ref["attention_scores"], -1)
+        if not np.allclose(weights, ref["attention_weights"], equal_nan=True):
+            return [mistake.step, "attention_weights"]
+    return [mistake.step]
+
+
+def _info(data, prefix, **fields):
+    info = list(data.get(f"{prefix}.info", [""] * len(verify.INFO_FIELDS)))
+    info += [""] * (len(verify.INFO_FIELDS) - len(info))
+    for k, v in fields.items():
+        info[verify.INFO_FIELDS.index(k)] = v
+    data[f"{prefix}.info"] = np.array(info)
+
+
+def _set_values(data, prefix, arr, dtype=np.float32):
+    arr = np.asarray(arr).astype(dtype)
+    data[f"{prefix}.values"] = arr
+    data.pop(f"{prefix}.shape", None)
+    _info(data, prefix, dtype=str(arr.dtype))
+
+
+def _drop(data, prefix):
+    for key in [k for k in data if k.startswith(prefix + ".")]:
+        del data[key]
+
+
+def _reference_inputs(name):
+    return dict(verify._reference(), name=name)
+
+
+def _inject_softmax(m, data):
+    for i, probe in enumerate(verify._probes()):
+        prefix = f"softmax.p{i}.out"
+        try:
+            out = m.fns[0](probe.x.copy(), probe.dim)
+        except (ValueError, IndexError, TypeError) as exc:
+            _drop(data, prefix)
+            data[f"softmax.p{i}.raised"] = np.array([f"ValueError: {exc}", ""])
+            continue
+        data.pop(f"softmax.p{i}.raised", None)
+        _info(data, prefix, kind="tensor", type="Tensor", layout="strided", device="cpu")
+        _set_values(data, prefix, out)
+
+
+def inject(mistake_id, step, data):
+    """A copy of ``data`` (the observation of a right answer) with the mistake made."""
+    m = verify.MISTAKES[mistake_id]
+    data = dict(data)
+    name = TARGET.get(step, "softmax")
+    prefix = f"t.{name}"
+    values = data.get(f"{prefix}.values")
+    if m.kind == "builtin":
+        data["softmax.calls"] = np.array(["torch.softmax", "Tensor.exp"])
+    elif m.kind == "shadowed":
+        _drop(data, "softmax")
+        _info(data, "softmax", kind="tensor", type="Tensor", dtype="float32", layout="strided",
+              device="cpu")
+        _set_values(data, "softmax", verify._reference()["attention_weights"])
+    elif m.kind == "mutated":
+        data["softmax.p1.mutated"] = np.array(True)
+    elif m.kind == "bad_output":
+        _info(data, "softmax.p0.out", kind="ndarray", type="ndarray")
+    elif m.kind == "probe_error":
+        data["softmax.p0.raised"] = np.array(["ZeroDivisionError: division by zero",
+                                              "return exps / 0"])
+        _drop(data, "softmax.p0.out")
+    elif step == "softmax" and m.fns:
+        _inject_softmax(m, data)
+    elif m.fns:  # a softmax mistake, seen in the weights
+        _set_values(data, prefix, m.fns[0](verify._reference()["attention_scores"], -1))
+    elif m.reproduce is not None or m.factor is not None:
+        ref = _reference_inputs(name)
+        right = verify._compute(step, ref, name)
+        got = right * m.factor if m.factor is not None else m.reproduce(ref)
+        _set_values(data, prefix, got[0] if isinstance(got, list) else got)
+    elif m.example or m.kind in ("cell_error", "missing"):
+        _drop(data, prefix)
+        _info(data, prefix, kind="none", type="NoneType")
+        if m.kind != "missing":
+            data["cell.raised"] = np.array(list(m.example or EXAMPLE_ERROR))
+    elif m.kind == "new_layers":
+        rng = np.random.default_rng(0)
+        ref = _reference_inputs(name)
+        _set_values(data, prefix, ref["x"] @ rng.standard_normal((64, 64)).T / 8)
+        data[f"{prefix}.made_by"] = np.array(["other [64, 64]", "other [64]"])
+    elif m.kind == "detached":
+        data.pop(f"{prefix}.made_by", None)
+        _info(data, prefix, requires_grad="", grad_fn="")
+    elif m.kind == "lost_batch":
+        _set_values(data, prefix, values[0])
+    elif m.kind == "dtype":
+        _set_values(data, prefix, values, np.float64)
+    elif m.kind == "not_a_tensor":
+        _info(data, prefix, kind="ndarray", type="ndarray")
+    elif m.kind == "imprecise":
+        _set_values(data, prefix, values.astype(np.float64) * (1 + 3e-5))
+    elif m.kind == "nan":
+        bad = values.copy()
+        bad.reshape(-1)[0] = np.nan
+        _set_values(data, prefix, bad)
+    elif m.kind == "constant":
+        _set_values(data, prefix, np.zeros_like(values))
+    elif m.kind == "bad_type":
+        _drop(data, prefix)
+        _info(data, prefix, kind="other", type="list")
+    elif m.kind == "factor":
+        _set_values(data, prefix, values.astype(np.float64) * 3.0)
+    elif m.kind == "permuted":
+        _set_values(data, prefix, np.transpose(values))
+    else:
+        raise AssertionError(f"no way to inject {mistake_id} (kind {m.kind})")
+    return data

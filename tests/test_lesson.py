@@ -1,18 +1,33 @@
 """complete_lesson.ipynb is the source; lesson.ipynb is generated from it."""
 
+import ast
+import contextlib
+import io
 import json
 import re
 import subprocess
 import sys
 
 import nbformat
+import numpy as np
 import pytest
+import torch
 
+import verify
 from src import release
-from tests.notebook_utils import LESSON, ROOT, SOURCE, load, source
+from tests.notebook_utils import (
+    LESSON,
+    ROOT,
+    SOURCE,
+    cells_by_id,
+    check_calls,
+    load,
+    run_steps,
+    source,
+)
 
-GRADED = {"cell4_projections_test": 2.0, "cell5_scores_test": 2.0,
-          "cell6_softmax_test": 3.0, "cell7_values_test": 2.0}
+#: grade cell -> its points, as nbgrader's metadata must carry them.
+GRADED = {gid: sum(steps.values()) for gid, steps in verify.GRADE_CELLS.items()}
 
 
 def test_committed_lesson_is_what_the_source_generates():
@@ -67,13 +82,29 @@ def test_headings_and_nbgrader_metadata():
 
 
 def test_points_agree_with_verify():
-    import verify
+    assert GRADED == {"cell4_projections_test": 2.0, "cell5_scores_test": 2.0,
+                      "cell6_softmax_test": 3.0, "cell7_values_test": 2.0}
+    # each test cell calls exactly the checks verify.GRADE_CELLS lists for it
+    step_of = {"check_projections": "projections", "check_attention_scores":
+               "attention_scores", "check_softmax": "softmax",
+               "check_attention_weights": "attention_weights",
+               "check_attended_values": "attended_values"}
+    for gid, calls in check_calls(SOURCE).items():
+        assert [step_of[c.split("(")[0]] for c in calls] == list(verify.GRADE_CELLS[gid])
 
-    assert GRADED["cell4_projections_test"] == verify.POINTS["projections"]
-    assert GRADED["cell5_scores_test"] == verify.POINTS["attention_scores"]
-    assert GRADED["cell6_softmax_test"] == (verify.POINTS["softmax"]
-                                            + verify.POINTS["attention_weights"])
-    assert GRADED["cell7_values_test"] == verify.POINTS["attended_values"]
+
+def test_test_cells_have_no_hidden_tests_and_end_with_their_points():
+    """The stricter checks live in verify.judge(strict=True), run by the trusted grader;
+    nbgrader reads a cell's partial credit from its last line."""
+    assert "HIDDEN TESTS" not in SOURCE.read_text()
+    for cell in load(SOURCE)["cells"]:
+        if not cell["metadata"].get("nbgrader", {}).get("grade"):
+            continue
+        text = source(cell)
+        assert "importlib" not in text and "strict=True" not in text
+        last = ast.parse(text).body[-1]
+        assert isinstance(last, ast.Expr) and ast.unparse(last) in (
+            "result.points", "Summary(results).points"), cell["id"]
 
 
 def test_hints_are_collapsed_details_and_never_the_answer():
@@ -203,3 +234,43 @@ def test_lesson_metadata_stamp():
     meta = json.loads(LESSON.read_text())["metadata"][release.STAMP_KEY]
     assert meta["generated_from"] == "complete_lesson.ipynb"
     assert release.is_pristine(LESSON)
+
+
+# Any value a student can leave in a name, for the locked lines to survive.
+JUNK = [None, "text", 3, [1.0, 2.0], np.zeros((1, 6, 6)), torch.zeros(1, 6, 6, dtype=torch.int64),
+        torch.full((1, 6, 6), float("nan")), torch.zeros(1, 6, 6, dtype=torch.complex64),
+        torch.zeros(1, 6, 6).to_sparse(), torch.zeros(1, 6, 6, device="meta"),
+        torch.zeros(1, 6, 6, dtype=torch.float64), torch.zeros(6, 6), torch.zeros(1, 6, 64),
+        torch.zeros(0), lambda *a, **k: None]
+
+
+@pytest.fixture(scope="module")
+def solved():
+    return run_steps(cells_by_id(SOURCE))
+
+
+def _run(code, ns):
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(code, "<locked>", "exec"), ns)  # noqa: S102
+
+
+@pytest.mark.parametrize("junk", JUNK, ids=range(len(JUNK)))
+def test_locked_lines_work_for_any_value_a_student_leaves(solved, junk):
+    """The test cells never raise, and the student cells' own lines after the solution
+    raise only their clear AssertionError, whatever the names hold: every name at once,
+    and the weights or the values alone (the others right)."""
+    cells = cells_by_id(SOURCE)
+    names = ["query", "key", "value", "attention_scores", "softmax", "attention_weights",
+             "attended_values"]
+    locked = cells["cell6_softmax"].split("### END SOLUTION\n")[-1]
+    for changed, tests in ((names, list(verify.GRADE_CELLS)),
+                           (["attention_weights"], ["cell6_softmax_test", "cell7_values_test"]),
+                           (["attended_values"], ["cell7_values_test"])):
+        ns = dict(solved, display=lambda *a, **k: None)
+        ns.update(dict.fromkeys(changed, junk))
+        for cid in tests:
+            _run(cells[cid], ns)
+        try:
+            _run(locked, ns)
+        except AssertionError:
+            pass

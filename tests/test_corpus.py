@@ -1,0 +1,72 @@
+"""The corpus of student attempts (tests/corpus.py) through the checks, in-process.
+
+Its figure is printed at the end of ``make test``; ``python -m tests.corpus``
+prints it with one line per attempt.
+"""
+
+import pytest
+
+import verify
+from tests import corpus
+
+pytestmark = pytest.mark.filterwarnings("ignore")  # students' code may warn
+
+
+@pytest.fixture(scope="module")
+def records():
+    return {r.attempt.name: r for r in corpus.run_corpus()}
+
+
+def test_the_corpus_figure(records, record_property):
+    recs = list(records.values())
+    figure = corpus.figure(recs)
+    record_property("corpus figure", figure)
+    counted = [r for r in recs if not r.attempt.same_idea_as]
+    correct = [r for r in counted if r.attempt.correct]
+    wrong = [r for r in counted if not r.attempt.correct]
+    assert len(counted) >= 100 and len(correct) >= 20 and len(wrong) >= 80, figure
+    assert all(not r.problems() for r in correct), figure
+    assert not [r.attempt.name for r in wrong if any(
+        p.startswith(("false positive", "cascade")) for p in r.problems())], figure
+    assert sum(r.named for r in wrong) >= 0.9 * len(wrong), figure
+
+
+@pytest.mark.parametrize("name", [a.name for a in corpus.ATTEMPTS])
+def test_each_attempt_gets_the_verdict_it_deserves(records, name):
+    assert records[name].problems() == []
+
+
+def test_the_names_are_unique_and_every_mistake_is_met():
+    names = [a.name for a in corpus.ATTEMPTS]
+    assert len(names) == len(set(names))
+    assert {a.same_idea_as for a in corpus.ATTEMPTS} - {""} <= set(names)
+    met = {m for a in corpus.ATTEMPTS for m in a.expect.values()}
+    # not_computed is the untouched lesson (tests/test_verify.py), not an attempt
+    assert set(verify.MISTAKES) - met == {"not_computed", "used_before_computed"} - met
+
+
+def test_explicit_check_calls_equal_judge_of_observe_and_its_round_trip(records):
+    """Invariant (a): the test cells' own calls, judge(observe(...)) and judge after
+    np.savez/np.load(allow_pickle=False) give the same results, message for message."""
+    for name, rec in records.items():
+        for gid in verify.GRADE_CELLS:
+            assert rec.explicit[gid] == rec.observed[gid] == rec.reloaded[gid], (name, gid)
+
+
+def test_strict_differs_from_visible_only_by_the_strict_only_items(records):
+    """Invariant (b): the graded run deducts what the visible run shows as pending."""
+    seen_pending = 0
+    for name, rec in records.items():
+        for step in verify.POINTS:
+            visible, strict = rec.visible[step].to_dict(), rec.strict[step].to_dict()
+            pending = visible["pending"]
+            assert all(verify.MISTAKES[p].strict_only for p in pending), (name, step)
+            assert strict["pending"] == []
+            if not pending:
+                assert strict == visible, (name, step)
+                continue
+            seen_pending += 1
+            cost = sum(verify.MISTAKES[p].cost for p in pending) * visible["max_score"]
+            assert strict["score"] == pytest.approx(max(0.0, visible["score"] - cost))
+            assert set(pending) <= set(strict["shortfalls"]) | {strict["mistake"]}
+    assert seen_pending >= 3  # the corpus has strict-only mistakes

@@ -135,9 +135,10 @@ TOL = dict(rtol=1e-4, atol=1e-5)
 STRICT_TOL = dict(rtol=1e-5, atol=1e-6)
 #: Tolerances when a result is in a lower precision (then judged as a dtype slip).
 LOW_TOL = {"float16": dict(rtol=1e-2, atol=1e-3), "bfloat16": dict(rtol=5e-2, atol=1e-2)}
-#: Limits of the observed data and of the messages.
-LIMITS = dict(total_bytes=4 * 2**20, array_bytes=1 * 2**20, text=200, line=120,
-              names=48, graph_nodes=5000)
+#: Limits of the observed data and of the messages. The arrays' numbers stay under
+#: total_bytes so that an export, with its strings and headers, stays under 4 MiB.
+LIMITS = dict(total_bytes=int(3.5 * 2**20), array_bytes=1 * 2**20, export_bytes=4 * 2**20,
+              text=200, line=120, names=48, graph_nodes=5000)
 #: Partial credit: the share of a step's points that a shortfall costs.
 HALF = 0.5
 
@@ -199,21 +200,15 @@ def _close(a, b, tol=None):
 
 
 def _same(a, b, tol=None):
-    """Equal as outputs of a probe: same shape, NaN and inf where the other has
-    them, the finite entries close."""
+    """Equal as outputs of a probe: same shape, NaN where the other has NaN, the same
+    infinities, the finite entries close."""
     if a is None or b is None or a.shape != b.shape:
         return False
     tol = tol or dict(rtol=1e-3, atol=1e-5)
     with np.errstate(all="ignore"):
-        fa, fb = np.isfinite(a), np.isfinite(b)
-        if not np.array_equal(fa, fb):
-            return False
-        if not np.array_equal(np.isnan(a), np.isnan(b)):
-            return False
-        inf = ~fa & ~np.isnan(a)
-        if not np.array_equal(a[inf], b[inf]):
-            return False
-        return bool(np.allclose(a[fa], b[fa], **tol))
+        close = np.abs(a - b) <= tol["atol"] + tol["rtol"] * np.abs(b)
+        same = (a == b) | (np.isnan(a) & np.isnan(b))
+        return bool(np.where(np.isfinite(b), close, same).all())
 
 
 def _constant(a):
@@ -1337,8 +1332,9 @@ def observe(grade_id: str, namespace: Mapping) -> dict:
       raised).
 
     Shape legend: tensors keep their own shapes (normally [1, 6, 64] or
-    [1, 6, 6]). Never raises; at most 4 MiB of arrays in all, and an array
-    over 1 MiB is recorded by its facts only.
+    [1, 6, 6]). Never raises; an array over 1 MiB is recorded by its facts
+    only, and all of it saved with :func:`export` stays under 4 MiB
+    (``LIMITS``), in well under 256 arrays.
     """
     try:
         steps = list(GRADE_CELLS.get(grade_id, ()))
@@ -1647,6 +1643,10 @@ def _symptom(m, name, arr, expected):
         if m.step in ("softmax", "attention_weights") and not m.shows:
             neg = int((arr < 0).sum())
             extra = f", and {neg} weights are negative" if neg else ""
+            if np.allclose(arr.sum(-1), 1, atol=1e-4) and not neg:
+                err = float(np.abs(arr - expected).max())
+                return (f"the rows of `{name}` sum to 1, but the weights differ from the "
+                        f"softmax of your scores along each row by up to {_fmt(err)}.")
             return f"the rows of `{name}` sum to {_row_sums(arr)}{extra}."
         if m.shows:
             return f"your `{name}` equals {m.shows}."
@@ -1787,6 +1787,10 @@ def _strict(f, strict, mistake_id, seen):
     (f.costs if strict else f.pending).append((mistake_id, seen))
 
 
+def _points(x):
+    return f"{_num(x)} point" + ("" if x == 1 else "s")
+
+
 def _cost(mistake_id):
     return MISTAKES[mistake_id].cost if mistake_id in MISTAKES else 1.0
 
@@ -1795,12 +1799,7 @@ def _result(step, findings, ok_message, notes, cell, seen):
     """One CheckResult from per-tensor findings [(name, _Finding)]."""
     points, notes = POINTS[step], list(notes)
     failures = [(n, f) for n, f in findings if f.failed]
-    charged, pending = {}, {}
-    for _, f in findings:
-        for mid, what in f.costs:
-            charged.setdefault(mid, what)
-        for mid, what in f.pending:
-            pending.setdefault(mid, what)
+    charged, pending = _merged(findings, "costs"), _merged(findings, "pending")
     if failures:
         main = failures[0][1]
         for name, f in failures[1:]:
@@ -1824,8 +1823,8 @@ def _result(step, findings, ok_message, notes, cell, seen):
     shortfalls = list(dict.fromkeys(shortfalls))
     for mid, what in pending.items():
         m = MISTAKES[mid]
-        notes.append(f"The graded run also checks this and takes {_num(points * m.cost)} "
-                     f"point(s) off: {m.title} — {what} Next step: {m.next_step}.")
+        notes.append(f"The graded run also checks this and takes {_points(points * m.cost)} "
+                     f"off: {m.title} — {what} Next step: {m.next_step}.")
     if cell.raised and cell.error not in mentioned:
         notes.append(f"Note that {cell.said()} when it last ran; this check used what the "
                      "names hold now.")
@@ -1833,6 +1832,20 @@ def _result(step, findings, ok_message, notes, cell, seen):
     passed = not failures and not charged
     return CheckResult(step, passed, score, points, message, mistake, notes, shortfalls,
                        list(pending), seen)
+
+
+def _merged(findings, attr):
+    """{mistake id: what we saw} over every tensor; a slip of several tensors is one
+    item (charged once) that names them all."""
+    out, names = {}, {}
+    for name, f in findings:
+        for mid, what in getattr(f, attr):
+            out.setdefault(mid, what)
+            names.setdefault(mid, []).append(name)
+    for mid, found in names.items():
+        if len(found) > 1:
+            out[mid] = out[mid] + f" The same holds for {_listing(found[1:])}."
+    return out
 
 
 def _seen_arrays(views):

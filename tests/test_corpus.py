@@ -70,3 +70,17 @@ def test_strict_differs_from_visible_only_by_the_strict_only_items(records):
             assert strict["score"] == pytest.approx(max(0.0, visible["score"] - cost))
             assert set(pending) <= set(strict["shortfalls"]) | {strict["mistake"]}
     assert seen_pending >= 3  # the corpus has strict-only mistakes
+
+
+def test_the_readme_tells_the_corpus_and_the_catalogue_as_they_are(records):
+    from tests.notebook_utils import ROOT
+
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    recs = [r for r in records.values() if not r.attempt.same_idea_as]
+    wrong = [r for r in recs if not r.attempt.correct]
+    n = len(verify.MISTAKES)
+    assert f"one of the {n} in its catalogue" in text and f"`verify.MISTAKES`, {n} entries" in text
+    assert (f"holds {len(recs)} realistic attempts" in text
+            and f"({len(recs) - len(wrong)} correct alternatives" in text
+            and f"{len(wrong)} wrong ones" in text
+            and f"{sum(r.named for r in wrong)} of {len(wrong)} are named" in text), text

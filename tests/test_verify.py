@@ -344,15 +344,23 @@ def test_observe_gives_plain_data_that_round_trips(reference):
     assert data["cell6_softmax_test"]["softmax.p0.out.values"].shape == (2, 3, 5)
 
 
-def test_observe_caps_its_size():
-    big = torch.zeros(1, 6, 2**19)  # 12 MiB
-    data = verify.observe("cell7_values_test", {n: big for n in verify.NAMES[
+def test_observe_caps_its_size(tmp_path):
+    huge = torch.zeros(1, 6, 2**19)  # 12 MiB: recorded by its facts only
+    data = verify.observe("cell7_values_test", {n: huge for n in verify.NAMES[
         "attended_values"].all})
-    assert sum(v.nbytes for v in data.values()) <= 4 * 2**20
     assert "t.attended_values.values" not in data
     assert list(data["t.attended_values.shape"]) == [1, 6, 2**19]
     res = verify.judge("cell7_values_test", data).results[0]
     assert not res.passed and "too large" in res.message
+    # the worst case: every name just under the per-array cap, a softmax returning as much
+    big = torch.rand(1, 2**18 - 1)  # just under 1 MiB
+    for gid in verify.GRADE_CELLS:
+        ns = {n: big.clone() for s in verify.GRADE_CELLS[gid] for n in verify.NAMES[s].all}
+        ns["softmax"] = lambda x, dim=-1: big.clone()
+        path = verify.export(gid, ns, tmp_path)
+        assert path.stat().st_size <= verify.LIMITS["export_bytes"], gid
+        with np.load(path, allow_pickle=False) as npz:
+            assert len(npz.files) < 256
 
 
 class Hostile:

@@ -199,18 +199,6 @@ def _close(a, b, tol=None):
         return bool((np.abs(a - b) <= tol["atol"] + tol["rtol"] * np.abs(b)).all())
 
 
-def _same(a, b, tol=None):
-    """Equal as outputs of a probe: same shape, NaN where the other has NaN, the same
-    infinities, the finite entries close."""
-    if a is None or b is None or a.shape != b.shape:
-        return False
-    tol = tol or dict(rtol=1e-3, atol=1e-5)
-    with np.errstate(all="ignore"):
-        close = np.abs(a - b) <= tol["atol"] + tol["rtol"] * np.abs(b)
-        same = (a == b) | (np.isnan(a) & np.isnan(b))
-        return bool(np.where(np.isfinite(b), close, same).all())
-
-
 def _constant(a):
     """True when every entry of ``a`` is (nearly) the same number."""
     if a is None or a.size == 0:
@@ -1353,7 +1341,11 @@ _SAFE_ID = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def export(grade_id: str, namespace: Mapping, directory) -> Path:
-    """Save :func:`observe` of ``grade_id`` as ``directory/<grade_id>.npz``; return the path."""
+    """Save :func:`observe` of ``grade_id`` as ``directory/<grade_id>.npz``; return the path.
+
+    ``grade_id`` must be a plain name (letters, digits, ``_``, ``-``): a ValueError
+    otherwise. Shape legend: see :func:`observe`.
+    """
     if not isinstance(grade_id, str) or not _SAFE_ID.fullmatch(grade_id):
         raise ValueError(f"grade_id: expected letters, digits, _ or -, got {grade_id!r}")
     path = Path(directory) / f"{grade_id}.npz"
@@ -1885,32 +1877,60 @@ def _fn_outputs(mistake_id, probe_index):
     return tuple(outs)
 
 
-def _same_output(out, want):
-    return (out is None and want is None) or (out is not None and want is not None
-                                               and _same(out, want))
-
-
 #: Softmax mistakes about the all -inf row; the others are compared without that row,
 #: so that they are recognised whether or not the student's softmax guards it.
 MASK_MISTAKES = ("fully_masked_row", "finite_mask_value")
 
 
-def _probe_match(mistake_id, i, out, want):
-    if i == MASKED_PROBE and mistake_id not in MASK_MISTAKES:
-        out = None if out is None else out[1:]
-        want = None if want is None else want[1:]
-    return _same_output(out, want)
+@lru_cache(maxsize=None)
+def _probe_table(i):
+    """Every softmax mistake variant's output on probe ``i``, stacked once per process:
+    (owners [(mistake id, variant)], outputs [n, *shape], raises [n], comparable [n])."""
+    shape = _probes()[i].x.shape
+    owners, rows, raises, usable = [], [], [], []
+    for m in _ENTRIES:
+        if m.step != "softmax" or not m.fns:
+            continue
+        for v, out in enumerate(_fn_outputs(m.id, i)):
+            owners.append((m.id, v))
+            ok = out is not None and out.shape == shape
+            rows.append(out if ok else np.full(shape, np.nan))
+            raises.append(out is None)
+            usable.append(ok)
+    return owners, np.stack(rows), np.array(raises), np.array(usable)
 
 
-def _explains(mistake_id, outs):
-    """Whether one variant of softmax mistake ``mistake_id`` gives every probe output."""
-    variants = len(MISTAKES[mistake_id].fns)
-    return any(all(_probe_match(mistake_id, i, out, _fn_outputs(mistake_id, i)[v])
-                   for i, out in enumerate(outs)) for v in range(variants))
+def _probe_matches(i, out):
+    """{(mistake id, variant): whether it gives ``out`` on probe ``i``} (None: it raised)."""
+    owners, table, raises, usable = _probe_table(i)
+    if out is None:
+        return dict(zip(owners, raises))
+    if out.shape != table.shape[1:]:
+        return dict.fromkeys(owners, False)
+    a = out[None]
+    with np.errstate(all="ignore"):
+        close = np.abs(a - table) <= 1e-5 + 1e-3 * np.abs(table)
+        same = (a == table) | (np.isnan(a) & np.isnan(table))
+        ok = np.where(np.isfinite(table), close, same) & usable.reshape((-1,) + (1,) * out.ndim)
+        whole = ok.reshape(len(owners), -1).all(1)
+        rest = ok[:, 1:].reshape(len(owners), -1).all(1) if i == MASKED_PROBE else whole
+    return {o: bool(whole[k] if o[0] in MASK_MISTAKES else rest[k])
+            for k, o in enumerate(owners)}
 
 
-def _explains_probe(mistake_id, i, out):
-    return any(_probe_match(mistake_id, i, out, want) for want in _fn_outputs(mistake_id, i))
+def _explanations(outs):
+    """For each softmax mistake: the probes where one of its variants gives the output,
+    and whether a single variant gives every output."""
+    table = [_probe_matches(i, out) for i, out in enumerate(outs)]
+    result = {}
+    for m in _ENTRIES:
+        if m.step != "softmax" or not m.fns:
+            continue
+        variants = range(len(m.fns))
+        every = any(all(t[(m.id, v)] for t in table) for v in variants)
+        probes = {i for i, t in enumerate(table) if any(t[(m.id, v)] for v in variants)}
+        result[m.id] = (every, probes)
+    return result
 
 
 def _probe_seen(probe, out, error, line):
@@ -1990,11 +2010,11 @@ def _softmax_verdict(r, strict, cell):
              if out is None or not _close(out, p.expected)]
     if not wrong:  # (no precision item: float32 rounds logits of 1e4 to 1e-3)
         return _Finding()
-    fn_entries = [m for m in _ENTRIES if m.step == "softmax" and m.fns]
+    explained = _explanations(outs)
     i = wrong[0]
-    for m in fn_entries:
-        if _explains(m.id, outs):
-            return m.id, _probe_seen(probes[i], outs[i], errors[i], lines[i])
+    for mid, (every, _) in explained.items():
+        if every:
+            return mid, _probe_seen(probes[i], outs[i], errors[i], lines[i])
     masked = probes[MASKED_PROBE]
     if wrong == [MASKED_PROBE] and outs[MASKED_PROBE] is not None and \
             _close(outs[MASKED_PROBE][1:], masked.expected[1:]):
@@ -2008,12 +2028,11 @@ def _softmax_verdict(r, strict, cell):
         j = failed[0]
         return "softmax_raises", _probe_seen(probes[j], None, errors[j], lines[j])
     best, best_n = None, 0
-    for m in fn_entries:
-        count = sum(_explains_probe(m.id, j, outs[j]) for j in wrong)
-        if count > best_n:
-            best, best_n = m.id, count
+    for mid, (_, where) in explained.items():
+        if len(where & set(wrong)) > best_n:
+            best, best_n = mid, len(where & set(wrong))
     if best is not None:
-        j = next(j for j in wrong if _explains_probe(best, j, outs[j]))
+        j = min(explained[best][1] & set(wrong))
         return best, _probe_seen(probes[j], outs[j], errors[j], lines[j])
     found = _Finding()
     found.message = (f"On {probes[i].label} ({probes[i].shown}) your softmax returned "
@@ -2119,7 +2138,9 @@ def check_all(namespace=None, **tensors) -> Summary:
     """Every step's check, from a namespace such as ``globals()`` or keywords.
 
     It sees the names as they are now; ``python verify.py NOTEBOOK`` instead
-    reports what each test cell saw when it ran.
+    reports what each test cell saw when it ran. Shape legend: query, key, value
+    [1, 6, 64]; attention_scores, attention_weights [1, 6, 6]; attended_values
+    [1, 6, 64].
     """
     ns = dict(namespace or {})
     ns.update(tensors)

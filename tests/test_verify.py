@@ -552,11 +552,11 @@ def test_cli_reports_what_each_test_cell_saw_in_a_real_kernel(tmp_path):
 
 @pytest.mark.slow
 def test_cli_json_on_the_untouched_lesson():
-    res = subprocess.run([sys.executable, str(ROOT / "verify.py"), str(LESSON), "--json"],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run([sys.executable, str(ROOT / "verify.py"), str(LESSON), "--json",
+                          "--strict"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 1
     report = json.loads(res.stdout)
-    assert report["score"] == 0 and report["max_score"] == 9
+    assert report["score"] == 0 and report["max_score"] == 9 and report["strict"]
     assert report["cells"]["cell4_projections_test"]["results"][0]["mistake"] == "cell_raised"
     assert report["cell_errors"][0] == {
         "cell": "cell4_projections", "error": "NotImplementedError",

@@ -21,12 +21,19 @@ SOURCE = ROOT / "complete_lesson.ipynb"
 
 
 def run_notebook(nb) -> float:
-    from nbclient import NotebookClient
+    import tempfile
 
-    t0 = time.perf_counter()
-    NotebookClient(nb, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(ROOT)}}).execute()
-    return time.perf_counter() - t0
+    from nbclient import NotebookClient
+    from traitlets.config import Config
+
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        config = Config()  # IPC, as verify.py's CLI: no TCP port, no TCP warning
+        config.KernelManager.transport = "ipc"
+        config.KernelManager.ip = str(Path(tmp) / "kernel")
+        t0 = time.perf_counter()
+        NotebookClient(nb, timeout=300, kernel_name="python3", config=config,
+                       resources={"metadata": {"path": str(ROOT)}}).execute()
+        return time.perf_counter() - t0
 
 
 def imports_only(nb):

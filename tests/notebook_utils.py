@@ -118,10 +118,12 @@ def run_steps(codes: dict, replace: dict | None = None, after=None) -> dict:
 
     ``replace`` maps cell id -> [(old, new), ...] substitutions (a mistake).
     A cell that raises stops, like a notebook cell, and the next one runs,
-    like a student who moves on. ``after(cell_id, namespace)`` is called after
-    each cell from Cell 4 on, when its test cell would run. Returns the
-    namespace (a fresh one for every call). The set-up and data cells, unless
-    ``replace`` changes them, run once per process and are restored from a copy.
+    like a student who moves on; an empty cell is not run (as in nbclient).
+    ``after(cell_id, namespace)`` is called after each step cell from Cell 4 on,
+    when its test cell would run. Returns the namespace (a fresh one for every
+    call). The set-up and data cells, unless ``replace`` changes them, run once
+    per process: what they define is shared, and a run that changed it in place
+    makes the next run execute them again.
     """
     replace = replace or {}
     cwd = os.getcwd()
@@ -140,7 +142,8 @@ def run_steps(codes: dict, replace: dict | None = None, after=None) -> dict:
             for old, new in replace.get(cid, []):
                 assert old in code, f"{old!r} not found in {cid}"
                 code = code.replace(old, new)
-            _run_cell(code)
+            if code.strip():  # nbclient does not run an empty cell either
+                _run_cell(code)
             if after is not None:
                 after(cid, ns)
     finally:

@@ -63,6 +63,15 @@ c.SandboxedExecute.export_kb = 4096  # largest export file the trusted step read
 # Without bubblewrap (macOS, no user namespaces): `make grade UNSAFE=1` sets
 # ATTENTION_UNSAFE_GRADING=1, which runs kernels unsandboxed and says so on every run.
 
+# Files nbgrader never copies from a submission into autograded/ and feedback/: a
+# student's HTML, SVG or JavaScript beside the notebook would open in a browser.
+c.CourseDirectory.ignore = [
+    ".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*.[hH][tT][mM]",
+    "*.[hH][tT][mM][lL]", "*.[xX][hH][tT][mM][lL]", "*.[sS][vV][gG]", "*.[jJ][sS]",
+    "*.[mM][jJ][sS]"]
+# Not needed here (no JupyterHub exchange); kept inside the course so nothing complains.
+c.Exchange.root = str(course_dir() / "exchange")
+
 # The same stub `make release` writes into lesson.ipynb (one source: src/release.py).
 c.ClearSolutions.code_stub = {"python": CODE_STUB}
 

@@ -289,8 +289,9 @@ class SandboxedExecute(Execute):
             if isinstance(exc, DeadKernelError):
                 why = "the kernel died"
             elif isinstance(exc, CellTimeoutError):
-                why = (f"it ran past the {self._cell_timeout(cell)} s limit and ignored the "
-                       "interrupt, so the kernel was stopped")
+                why = (f"it ran past the {self._cell_timeout(cell)} s limit and did not answer "
+                       "the interrupt (code that ignores SIGINT, or an overloaded machine), so "
+                       "the kernel was stopped")
             else:
                 why = f"the kernel misbehaved ({type(exc).__name__}: {str(exc)[:80]})"
             self._state["stopped"] = f"cell #{cell_index}: {why}"
@@ -345,6 +346,60 @@ def _shown_score(cell) -> float | None:
 
 
 # -------------------------------------------------------------- trusted side
+JUDGE_SECONDS = 60
+JUDGE_MEMORY = 4 * 2**30
+
+
+def judge_isolated(verify, grade_id, data, seconds=JUDGE_SECONDS, memory=JUDGE_MEMORY):
+    """(score, max score, text, markdown) of ``verify.judge(grade_id, data, strict=True)``,
+    computed in a forked child with an address-space limit and a deadline: the data came
+    from a kernel, and no data may cost the grader more than this. Raises GradingError."""
+    import resource
+    import select
+    import signal
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: judge, send the result, exit
+        code = 0
+        try:
+            os.close(read)
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+            summary = verify.judge(grade_id, data, strict=True)
+            out = [float(summary.score), float(summary.max_score), str(summary),
+                   summary._repr_markdown_()]
+        except BaseException as exc:  # noqa: BLE001  (reported to the parent)
+            out, code = f"{type(exc).__name__}", 1
+        try:
+            payload = json.dumps(out).encode()
+            while payload:
+                payload = payload[os.write(write, payload):]
+        finally:
+            os._exit(code)
+    os.close(write)
+    chunks, deadline = [], time.monotonic() + seconds
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([read], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                raise GradingError(f"checking this data took over {seconds} s")
+            chunk = os.read(read, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    try:
+        out = json.loads(b"".join(chunks))
+    except ValueError:
+        raise GradingError("checking this data failed (out of memory?)") from None
+    if isinstance(out, str):
+        raise GradingError(f"checking this data failed ({out})")
+    return tuple(out)
+
+
 class TrustedScores(NbGraderPreprocessor):
     """Each test cell's score from the exported data, judged in the instructor's process."""
 
@@ -362,10 +417,11 @@ class TrustedScores(NbGraderPreprocessor):
                 continue
             data = state["exports"].get(gid)
             if isinstance(data, dict):
-                summary = verify.judge(gid, data, strict=True)
-                score, max_score = float(summary.score), float(summary.max_score)
-                text, markdown = str(summary), summary._repr_markdown_()
-            else:
+                try:
+                    score, max_score, text, markdown = judge_isolated(verify, gid, data)
+                except GradingError as exc:
+                    data = str(exc)
+            if not isinstance(data, dict):
                 score, max_score = 0.0, float(sum(cells[gid].values()))
                 why = data or f"not run ({state['stopped'] or 'no data'})"
                 text = f"[FAIL] {gid}: 0/{max_score:g} points\n  Not graded: {why}."
@@ -415,16 +471,23 @@ SAFE_TAGS = ("a", "abbr", "b", "blockquote", "br", "code", "details", "div", "em
 SAFE_ATTRIBUTES = {"a": ["href", "title"], "img": ["src", "alt"], "*": ["class"]}
 
 
+def safe_markdown(source: str) -> str:
+    """Markdown rendered to HTML, then cleaned: no script, event handler, or link to
+    anything but http(s)/mailto, whatever markdown or HTML syntax produced it."""
+    import bleach
+    from nbconvert.filters.markdown import markdown2html
+
+    return bleach.clean(markdown2html(source), tags=SAFE_TAGS, attributes=SAFE_ATTRIBUTES,
+                        protocols=("http", "https", "mailto"), strip=False)
+
+
 class SafeOutputs(NbGraderPreprocessor):
     """Feedback step: keep only inert outputs (no HTML, JavaScript, SVG or widgets) and
     sanitise the HTML in markdown cells (nbgrader's feedback template does not)."""
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type == "markdown":
-            import bleach
-
-            cell.source = bleach.clean(cell.source, tags=SAFE_TAGS, attributes=SAFE_ATTRIBUTES,
-                                       protocols=("http", "https", "mailto"))
+            cell.source = safe_markdown(cell.source)
         elif cell.cell_type == "raw":  # raw cells pass HTML through untouched: drop the type
             cell.metadata.pop("raw_mimetype", None)
             cell.metadata.pop("format", None)

@@ -53,6 +53,7 @@ class Limits:
     notebook_seconds: int = 300  # wall-clock budget of the whole notebook
     output_kb: int = 512  # stored output per cell; more is cut with a note
     export_kb: int = 4096  # largest export file the trusted step reads
+    message_mb: int = 64  # largest message the grader accepts from the kernel
 
 
 LIMITS = Limits()
@@ -76,6 +77,45 @@ for lim, val in ((resource.RLIMIT_AS, mem), (resource.RLIMIT_NPROC, nproc),
         resource.setrlimit(lim, (val, val))
 os.execv(sys.argv[5], sys.argv[5:])
 """
+
+
+# ------------------------------------------------------------------ seccomp
+# A classic-BPF seccomp filter (x86_64) that bwrap loads before the kernel starts. Denied:
+# setsid (each new session is a scheduler autogroup of its own: a kernel with many would
+# starve the others), new namespaces (unshare, setns, clone with CLONE_NEW*, clone3; a user
+# namespace would let it mount a tmpfs past the limits), the kernel keyrings (not
+# namespaced: data would outlive the sandbox), mounts, ptrace, bpf, perf, io_uring.
+_DENIED = {"setsid": 112, "unshare": 272, "setns": 308, "add_key": 248, "request_key": 249,
+           "keyctl": 250, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
+           "ptrace": 101, "perf_event_open": 298, "bpf": 321, "userfaultfd": 323,
+           "io_uring_setup": 425, "fsopen": 430, "open_tree": 428, "move_mount": 429}
+_CLONE, _CLONE3 = 56, 435
+_CLONE_NEW = 0x7E020000  # CLONE_NEWNS|CGROUP|UTS|IPC|USER|PID|NET
+_EPERM, _ENOSYS = 1, 38
+
+
+def seccomp_filter() -> bytes | None:
+    """The BPF program (struct sock_filter[]) for bwrap --seccomp; None off x86_64."""
+    import platform
+    import struct
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, errno = 0x7FFF0000, 0x00050000
+    prog = [(ld, 0, 0, 4),  # arch
+            (jeq, 1, 0, 0xC000003E),  # AUDIT_ARCH_X86_64
+            (ret, 0, 0, errno | _EPERM),
+            (ld, 0, 0, 0),  # syscall number
+            (jge, 0, 1, 0x40000000),  # the x32 ABI: refused
+            (ret, 0, 0, errno | _ENOSYS)]
+    for nr in sorted(_DENIED.values()):
+        prog += [(jeq, 0, 1, nr), (ret, 0, 0, errno | _EPERM)]
+    prog += [(jeq, 0, 1, _CLONE3), (ret, 0, 0, errno | _ENOSYS),  # glibc falls back to clone
+             (jeq, 0, 3, _CLONE), (ld, 0, 0, 16),  # clone's flags (low 32 bits of args[0])
+             (jset, 0, 1, _CLONE_NEW), (ret, 0, 0, errno | _EPERM),
+             (ret, 0, 0, allow)]
+    return b"".join(struct.pack("<HBBI", *ins) for ins in prog)
 
 
 class SandboxUnavailableError(RuntimeError):
@@ -181,7 +221,17 @@ class Sandbox:
         """The export directory as the kernel sees it."""
         return EXPORT_DIR if self.enabled else str(self.export_dir)
 
-    def command(self, kernel_cmd: list[str]) -> list[str]:
+    def seccomp_fd(self) -> int | None:
+        """A file descriptor holding the seccomp program (inherited by bwrap), or None."""
+        prog = seccomp_filter()
+        if prog is None or not self.enabled:
+            return None
+        path = self.root / "seccomp.bpf"
+        path.write_bytes(prog)
+        self._seccomp = os.open(path, os.O_RDONLY)
+        return self._seccomp
+
+    def command(self, kernel_cmd: list[str], seccomp_fd: int | None = None) -> list[str]:
         """``kernel_cmd`` wrapped in bwrap and the launcher that sets the limits."""
         lim = self.limits
         launcher = [sys.executable, "-c", _LAUNCHER, str(self.uid),
@@ -199,6 +249,8 @@ class Sandbox:
         args += ["--proc", "/proc", "--dev", "/dev"]
         tmpfs = str(lim.tmp_mb * 2**20)
         args += ["--perms", "1777", "--size", tmpfs, "--tmpfs", "/tmp"]
+        # multiprocessing's semaphores live in /dev/shm (DataLoader workers, Pool)
+        args += ["--perms", "1777", "--size", tmpfs, "--tmpfs", "/dev/shm"]
         for p in _system_paths():
             args += _mkdirs(p) + ["--ro-bind", p, p]
         args += _mkdirs(WORKDIR) + ["--perms", "1777", "--size", tmpfs, "--tmpfs", WORKDIR]
@@ -216,9 +268,14 @@ class Sandbox:
                "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         for k, v in env.items():
             args += ["--setenv", k, v]
+        if seccomp_fd is not None:
+            args += ["--seccomp", str(seccomp_fd)]
         return args + ["--chdir", WORKDIR, "--"] + launcher + kernel_cmd
 
     def cleanup(self):
+        if getattr(self, "_seccomp", None) is not None:
+            os.close(self._seccomp)
+            self._seccomp = None
         shutil.rmtree(self.root, ignore_errors=True)
         if self._slot:
             self._slot.release()
@@ -264,6 +321,25 @@ class SandboxKernelManager(AsyncKernelManager):
         if not box.enabled:
             kw.pop("env", None)
             kw["env"] = {**os.environ, "JPY_PARENT_PID": str(os.getpid())}
-        return box.command(cmd), kw
+        fd = box.seccomp_fd()
+        if fd is not None:
+            kw["pass_fds"] = (fd,)
+        return box.command(cmd, fd), kw
+
+    def client(self, **kwargs):
+        """A client whose sockets refuse messages over ``message_mb`` (a kernel could
+        otherwise make the grader hold gigabytes)."""
+        import zmq
+        import zmq.asyncio
+
+        if "context" not in kwargs:
+            ctx = zmq.asyncio.Context()
+            limit = (self.sandbox.limits if self.sandbox else LIMITS).message_mb
+            ctx.setsockopt(zmq.MAXMSGSIZE, limit * 2**20)
+            kwargs["context"] = ctx
+            client = super().client(**kwargs)
+            client._created_context = True  # so stop_channels() destroys it
+            return client
+        return super().client(**kwargs)
 
     _async_pre_start_kernel.__doc__ = AsyncKernelManager._async_pre_start_kernel.__doc__

@@ -4,6 +4,7 @@ no script, failure reasons. The whole pipeline on real submissions: tests/test_c
 and the hostile cohort (make test-cohort)."""
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -42,7 +43,18 @@ for path in ("verify.py", {venv!r} + "/zz.pth", "/grading/ok.txt", "scratch.txt"
         seen["write " + path] = "ok"
     except OSError as exc:
         seen["write " + path] = exc.strerror
-subprocess.Popen(["setsid", "sh", "-c", "(exec -a {linger} sleep 300) &"])
+subprocess.Popen(["sh", "-c", "(exec -a {linger} sleep 300) &"])
+try:
+    os.setsid()
+    seen["setsid"] = "ok"
+except OSError as exc:
+    seen["setsid"] = exc.strerror
+import ctypes, multiprocessing
+libc = ctypes.CDLL(None, use_errno=True)
+seen["unshare"] = os.strerror(ctypes.get_errno()) if libc.syscall(272, 0x10000000) else "ok"
+seen["add_key"] = libc.syscall(248, b"user", b"k", b"v", 1, -4) >= 0
+with multiprocessing.get_context("fork").Pool(2) as pool:  # semaphores in /dev/shm
+    seen["pool"] = pool.map(abs, [-1, -2])
 print(json.dumps(seen))
 '''
 
@@ -66,7 +78,8 @@ def test_a_kernel_in_the_sandbox_sees_only_what_it_may(tmp_path):
     Manager.sandbox = box
     try:
         NotebookClient(nb, kernel_manager_class=Manager, timeout=60).execute()
-        seen = __import__("json").loads(nb.cells[0].outputs[0]["text"])
+        text = "".join(o.get("text", "") for o in nb.cells[0].outputs if o.get("name") == "stdout")
+        seen = __import__("json").loads(text)
         exported = (box.export_dir / "ok.txt").read_text()
     finally:
         box.cleanup()
@@ -86,6 +99,10 @@ def test_a_kernel_in_the_sandbox_sees_only_what_it_may(tmp_path):
     assert seen["fsize"] == sandbox.LIMITS.file_mb * 2**20
     if os.getuid() == 0:
         assert seen["uid"] >= 1 << 20  # a uid of its own, never root
+    if sandbox.seccomp_filter() is not None:  # x86_64: the seccomp filter
+        assert seen["setsid"] == seen["unshare"] == "Operation not permitted"
+        assert seen["add_key"] is False
+    assert seen["pool"] == [1, 2]
     lingering = subprocess.run(["pgrep", "-f", linger], capture_output=True, text=True)
     assert lingering.stdout == ""  # the daemon died with the sandbox
 
@@ -99,6 +116,30 @@ def test_without_bwrap_grading_stops_and_names_the_fix(tmp_path):
     assert res.returncode == 2
     assert "bubblewrap (bwrap) is not installed" in res.stderr
     assert "apt-get install bubblewrap" in res.stderr and "UNSAFE=1" in res.stderr
+
+
+def test_the_judge_runs_with_a_memory_limit_and_a_deadline():
+    import verify
+
+    data = {"query": np.ones((1, 6, 64), np.float32)}
+    score, top, text, _ = grading.judge_isolated(verify, "cell4_projections_test", data)
+    assert (score, top) == (0.0, 2.0) and "Cell 4" in text
+
+    class Greedy:  # a judge that a hostile export could make explode
+        @staticmethod
+        def judge(grade_id, data, strict):
+            return np.ones(2**33, np.uint8)
+
+    class Slow:
+        @staticmethod
+        def judge(grade_id, data, strict):
+            import time
+            time.sleep(30)
+
+    with pytest.raises(grading.GradingError, match="failed"):
+        grading.judge_isolated(Greedy, "g", {}, memory=2**30)
+    with pytest.raises(grading.GradingError, match="took over 1 s"):
+        grading.judge_isolated(Slow, "g", {}, seconds=1)
 
 
 # ------------------------------------------------------------- reading exports
@@ -214,6 +255,18 @@ def test_feedback_keeps_only_inert_outputs_and_defuses_markdown():
     for active in ("<script>", "onerror", "javascript:"):
         assert active not in nb.cells[1].source
     assert "raw_mimetype" not in nb.cells[2].metadata
+
+
+@pytest.mark.parametrize("markdown", [
+    "[notes](javascript:alert(1))", "[r][1]\n\n[1]: javascript:alert(1)",
+    "<javascript:alert(1)>", "<a href='javascript:alert(1)'>x</a>",
+    "<img src=x onerror=alert(1)>", "<script>alert(1)</script>",
+    "<svg><script>alert(1)</script></svg>", "<iframe src='data:text/html,x'></iframe>"])
+def test_markdown_is_defused_whatever_the_syntax(markdown):
+    html = grading.safe_markdown(markdown)
+    for name, attributes in re.findall(r"<([a-zA-Z][\w-]*)([^>]*)>", html):
+        assert name in grading.SAFE_TAGS, (markdown, html)
+        assert not re.search(r"\bon\w+\s*=|javascript:|data:", attributes), (markdown, html)
 
 
 def test_limits_are_stated_in_nbgrader_config():

@@ -230,3 +230,44 @@ display(SVG('<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></
 '''
 XSS_MARKDOWN = ("My notes <script>document.title='pwned'</script> "
                 "<img src=x onerror=\"alert('pwned')\">")
+
+# Found by the red team (see the issue's closing note), kept as regressions.
+CPU_HOG = r'''
+import os, time
+end = time.time() + 30
+for _ in range(40):  # each in a session of its own: a scheduler autogroup each
+    if os.fork() == 0:
+        try:
+            os.setsid()
+        except OSError:
+            pass
+        while time.time() < end:
+            pass
+        os._exit(0)
+'''
+ESCAPE_LIMITS = r'''
+import ctypes, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.syscall(248, b"user", b"note", b"kept for the next student", 25, -4) >= 0:  # add_key
+    print("{success} stored a key that outlives the sandbox")
+r = subprocess.run(["unshare", "-Urm", "sh", "-c", "mount -t tmpfs -o size=8g none /tmp"],
+                   capture_output=True)
+if r.returncode == 0:
+    print("{success} mounted past the tmpfs and memory limits")
+'''
+JUDGE_BOMB = r'''
+import numpy as np, verify
+_honest = verify.export
+def export(grade_id, namespace, directory):
+    if grade_id != "cell5_scores_test":
+        return _honest(grade_id, namespace, directory)
+    n = 96  # query @ key.T would broadcast to n**4 entries in the grader
+    data = dict(verify.observe(grade_id, namespace))
+    data.update(query=np.ones((n, 1, n, 1), np.float32), key=np.ones((1, n, n, 1), np.float32))
+    np.savez(f"{{directory}}/{{grade_id}}.npz", **data)
+verify.export = export
+'''
+BIG_MESSAGE = 'print("x" * (100 * 2**20))  # one 100 MiB message\n'
+MARKDOWN_LINK = ("Notes: [open my grading notes](javascript:alert('pwned')) and "
+                 "[ref link][1]\n\n[1]: javascript:alert('pwned')")
+EXTRA_HTML = "<script>alert('pwned')</script>"

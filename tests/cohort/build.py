@@ -259,6 +259,16 @@ def attack_cases(slow_cells: int = 0, cell_timeout: int = 10) -> list[dict]:
         dict(name="alice", nb=submission_notebook(), expected=full, lookalike=True),
         dict(name="\uff41lice", nb=submission_notebook(), expected=full, lookalike=True),
         dict(name="no-grade-id", fails="grade_id", nb=_without_grade_id()),
+        dict(name="attack-cpu-hog", expected=full,
+             nb=after("cell7_values_test", a.CPU_HOG)),
+        dict(name="attack-escape-limits", expected=full,
+             nb=after("cell4_projections_test", a.ESCAPE_LIMITS.format(**fmt))),
+        dict(name="attack-judge-bomb", expected=full | {"cell5_scores_test": 0.0},
+             nb=after("cell4_projections_test", a.JUDGE_BOMB.format(**fmt))),
+        dict(name="attack-big-message", expected=full,
+             nb=after("cell7_values_test", a.BIG_MESSAGE)),
+        dict(name="xss-markdown-link", expected=full, extra={"summary.html": a.EXTRA_HTML},
+             nb=submission_notebook(added=[("cell3_data", "markdown", a.MARKDOWN_LINK)])),
     ]
     if slow_cells:
         sleepy = [("cell4_projections_test", "code", a.SLOW_CELL.format(seconds=cell_timeout - 1))

@@ -53,6 +53,10 @@ def _outside_state():
             "secret": (course.course_dir() / "INSTRUCTOR_SECRET.txt").read_text()}
 
 
+def _grading_dirs():
+    return set(Path("/tmp").glob("attention-grading-*"))
+
+
 def _lingering():
     out = subprocess.run(["pgrep", "-af", attacks.LINGER], capture_output=True, text=True)
     return [ln for ln in out.stdout.splitlines() if "pgrep" not in ln]
@@ -68,6 +72,7 @@ def graded(tmp_path_factory):
     cases = hostile_cases() + mistake_cases() + attack_cases(slow_cells=8, cell_timeout=TIMEOUT)
     write_submissions(cases)
     before = _outside_state()
+    before["tmp"] = _grading_dirs()
     report = course.grade(jobs=2, timeout=TIMEOUT)
     course.feedback()
     yield cases, report, course.per_cell_scores(), before
@@ -151,15 +156,16 @@ def test_no_attack_succeeded_and_no_secret_leaked(graded):
 
 def test_nothing_outside_the_attackers_folder_changed(graded):
     *_, before = graded
-    assert _outside_state() == before
+    assert _outside_state() == {k: v for k, v in before.items() if k != "tmp"}
     root = course.course_dir()
     assert (root / "gradebook.db").is_file()
     assert (root / "submitted" / "victim-1" / course.ASSIGNMENT / "lesson.ipynb").is_file()
 
 
 def test_no_process_survives_grading(graded):
+    *_, before = graded
     assert _lingering() == []
-    assert not list(Path("/tmp").glob("attention-grading-*"))
+    assert _grading_dirs() <= before["tmp"]  # every sandbox's files were removed
 
 
 def test_flooded_output_is_capped_with_a_note(graded):
@@ -180,6 +186,16 @@ def test_feedback_runs_no_script_from_a_student(graded):
     assert "<script>document.title" not in page and "<svg" not in page
     assert "application/javascript" not in page
     assert not re.search(r"<[a-z]+[^<>]*\son[a-z]+\s*=", page)  # no event handler in a tag
+
+
+def test_links_and_files_that_would_run_script_are_gone(graded):
+    root = course.course_dir()
+    page = (root / "feedback" / "xss-markdown-link" / course.ASSIGNMENT / "lesson.html")
+    assert "open my grading notes" in page.read_text()
+    assert "javascript:" not in page.read_text().replace("application/javascript", "")
+    for folder in ("autograded", "feedback"):
+        assert not (root / folder / "xss-markdown-link" / course.ASSIGNMENT
+                    / "summary.html").exists()
 
 
 def test_a_regrade_through_a_pipe_returns_and_gives_the_same_gradebook(graded):

@@ -323,9 +323,10 @@ class SandboxedExecute(Execute):
         size = len(json.dumps(msg.get("content", {}), default=str))
         self._out_bytes[cell_index] = used + size
         if used + size > self.output_kb * 1024:
-            note = new_output("stream", name="stdout",
-                              text=f"\n[output cut: this cell printed more than "
-                                   f"{self.output_kb} KiB]\n")
+            # A display, not a stream: streams are merged and then cut to 1000 lines by
+            # nbgrader's LimitOutput, which would drop the note.
+            note = new_output("display_data", data={
+                "text/plain": f"[output cut: this cell printed more than {self.output_kb} KiB]"})
             outs.append(note)
             return note
         return super().output(outs, msg, display_id, cell_index)

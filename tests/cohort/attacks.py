@@ -220,7 +220,7 @@ signal.signal(signal.SIGINT, signal.SIG_IGN)
 while True:
     pass
 '''
-FLOOD = 'print("spam " * 20000000)\n'
+FLOOD = 'for i in range(2_000_000):\n    print("spam", i)\n'
 SLOW_CELL = "import time\ntime.sleep({seconds})\n"
 XSS = '''
 from IPython.display import HTML, Javascript, SVG, display

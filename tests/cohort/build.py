@@ -263,7 +263,8 @@ def attack_cases(slow_cells: int = 0, cell_timeout: int = 10) -> list[dict]:
              nb=after("cell7_values_test", a.CPU_HOG)),
         dict(name="attack-escape-limits", expected=full,
              nb=after("cell4_projections_test", a.ESCAPE_LIMITS.format(**fmt))),
-        dict(name="attack-judge-bomb", expected=full | {"cell5_scores_test": 0.0},
+        # its own answers are right: the forged upstream tensors must not blow the judge up
+        dict(name="attack-judge-bomb", expected=full,
              nb=after("cell4_projections_test", a.JUDGE_BOMB.format(**fmt))),
         dict(name="attack-big-message", expected=full,
              nb=after("cell7_values_test", a.BIG_MESSAGE)),

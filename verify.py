@@ -173,7 +173,7 @@ def _fmt(x):
                                threshold=12, edgeitems=2, max_line_width=200,
                                formatter={"float_kind": lambda v: f"{v:.4g}",
                                           "complex_kind": lambda v: f"{v:.3g}"})
-        return " ".join(text.split())[:LIMITS["text"]]
+        return _short(text)
     except Exception:  # noqa: BLE001
         return "(unprintable)"
 
@@ -274,7 +274,7 @@ def _probes() -> tuple:
     dim0, dim1 = rand(3, 4, scale=2.0), rand(2, 3, 4)
     square, dim_m2 = rand(1, 4, 4, scale=2.0), rand(2, 4, 3)
     probes = [
-        Probe("ordinary input", ordinary, -1, "x = torch.randn(2, 3, 5), dim=-1"),
+        Probe("ordinary input", ordinary, -1, f"x = {_fmt(ordinary)} (shape [2, 3, 5]), dim=-1"),
         Probe("rows whose maxima are far apart",
               np.array([[100, 99, 98, 97], [-100, -101, -99, -102]], f32), -1,
               "x = [[100, 99, 98, 97], [-100, -101, -99, -102]], dim=-1"),
@@ -288,9 +288,9 @@ def _probes() -> tuple:
               np.array([[-inf, -inf, -inf, -inf], [1, 2, 3, 4]], f32), -1,
               "x = [[-inf, -inf, -inf, -inf], [1, 2, 3, 4]], dim=-1"),
         Probe("dim=0", dim0, 0, f"x = {_fmt(dim0)}, dim=0"),
-        Probe("dim=1 of a 3-D input", dim1, 1, "x = torch.randn(2, 3, 4), dim=1"),
+        Probe("dim=1 of a 3-D input", dim1, 1, f"x = {_fmt(dim1)} (shape [2, 3, 4]), dim=1"),
         Probe("a square matrix", square, -1, f"x = {_fmt(square)} (shape [1, 4, 4]), dim=-1"),
-        Probe("dim=-2", dim_m2, -2, "x = torch.randn(2, 4, 3), dim=-2"),
+        Probe("dim=-2", dim_m2, -2, f"x = {_fmt(dim_m2)} (shape [2, 4, 3]), dim=-2"),
     ]
     for p in probes:
         p.x.setflags(write=False)
@@ -316,8 +316,9 @@ class Mistake:
     - ``factor``: the output is this multiple of the right one;
     - ``error`` / ``line``: regular expressions over a raised error and the line
       that raised it (``example`` is a real such error and line);
-    - a fact observed about the tensor (``kind`` names the rule in
-      :func:`_fact_mistake`).
+    - a fact observed about the tensor or the function (``kind`` names the rule
+      of the judge that recognises it: "dtype", "lost_batch", "detached",
+      "builtin", ...; tests/catalogue.py shows how each is made).
 
     ``cost`` is the share of the step's points it costs; ``strict_only``
     mistakes are deducted only in the graded (strict) run.

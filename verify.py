@@ -831,13 +831,14 @@ assert len(MISTAKES) == len(_ENTRIES), "duplicate mistake ids"
 _ERROR_ENTRIES = [m for m in _ENTRIES if m.error]
 
 
+@lru_cache(maxsize=None)
 def _value_entries(step):
     """Entries recognised from values, for the tensor ``step``, in catalogue order."""
     out = [m for m in _ENTRIES if m.step == step and (m.reproduce or m.factor or m.kind
                                                        == "new_layers")]
     if step == "attention_weights":
         out += [m for m in _ENTRIES if m.step == "softmax" and m.fns and m.in_weights]
-    return out
+    return tuple(out)
 
 
 # ------------------------------------------------------------------ results

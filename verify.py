@@ -1179,6 +1179,8 @@ def _where_raised(exc, code=None):
 
 
 def _error_text(exc):
+    if isinstance(exc, SyntaxError):  # without the cell's temporary file name
+        return _short(f"{type(exc).__name__}: {exc.msg} (line {exc.lineno})")
     return _short(f"{type(exc).__name__}: {exc}")
 
 

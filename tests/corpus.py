@@ -245,6 +245,9 @@ attempt("a typo half-way", cell5="raw_scores = query @ key.transpose(-2, -1)\n"
         "attention_scores = raw_scores / math.sqrt(dk)", expect={"attention_scores":
                                                                   "cell_raised"},
         by_design=AFTER_5)
+attempt("an unclosed parenthesis", expect={"attention_scores": "cell_raised"},
+        by_design=AFTER_5,
+        **scores("(query @ key.transpose(-2, -1) / math.sqrt(d_k)"))
 attempt("float64 scores through NumPy", cell5="attention_scores = torch.from_numpy("
         "query.detach().numpy() @ key.detach().numpy().transpose(0, 2, 1) / np.sqrt(d_k))",
         cell7="attended_values = attention_weights @ value.double()",

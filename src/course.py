@@ -121,6 +121,7 @@ def release() -> Path:
     """Build the source and run nbgrader generate_assignment; return the release dir."""
     build_source()
     (course_dir() / "nbgrader_config.py").write_text(COURSE_CONFIG.format(root=str(ROOT)))
+    (course_dir() / "exchange").mkdir(exist_ok=True)  # nbgrader's pages ask for one
     result = make_api().generate_assignment(ASSIGNMENT, force=True, create=True)
     if not result["success"]:
         raise CourseError("nbgrader generate_assignment failed:\n" + (result.get("log") or "")

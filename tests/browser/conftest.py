@@ -50,31 +50,26 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def lab(tmp_path_factory):
-    """(base URL, work dir) of a JupyterLab serving a copy of the course."""
-    base = tmp_path_factory.mktemp("lab")
-    work = base / "work"
-    work.mkdir()
-    for name in ("lesson.ipynb", "complete_lesson.ipynb", "verify.py"):
-        shutil.copy(ROOT / name, work / name)
-    shutil.copy(ROOT / "lesson.ipynb", work / "student.ipynb")  # edited by a test
-    for name in ("src", "data"):
-        shutil.copytree(ROOT / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
+def start_lab(base, root_dir, cwd=ROOT, env=None):
+    """A JupyterLab server on 127.0.0.1 serving ``root_dir``; yields its URL, then stops it.
+
+    Its private config directory lives in ``base``; nbgrader's extensions read
+    nbgrader_config.py from ``cwd`` (the repository's, as `make lesson` runs it).
+    """
     settings = base / "config" / "lab" / "user-settings" / "@jupyterlab"
     for name, text in SETTINGS.items():
         path = settings / f"{name}.jupyterlab-settings"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     port = free_port()
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(base / "config"),
+    env = dict(os.environ, **(env or {}), JUPYTER_CONFIG_DIR=str(base / "config"),
                JUPYTER_RUNTIME_DIR=str(base / "runtime"))
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip", "127.0.0.1",
-           "--port", str(port), "--IdentityProvider.token=", f"--ServerApp.root_dir={work}"]
+           "--port", str(port), "--IdentityProvider.token=", f"--ServerApp.root_dir={root_dir}"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     log = open(base / "server.log", "w")
-    server = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -87,13 +82,30 @@ def lab(tmp_path_factory):
                 log_text = (base / "server.log").read_text()
                 raise RuntimeError(f"JupyterLab did not start:\n{log_text}")
             time.sleep(0.25)
-    yield url, work
-    server.terminate()
     try:
-        server.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        server.kill()
-    log.close()
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    """(base URL, work dir) of a JupyterLab serving a copy of the course."""
+    base = tmp_path_factory.mktemp("lab")
+    work = base / "work"
+    work.mkdir()
+    for name in ("lesson.ipynb", "complete_lesson.ipynb", "verify.py"):
+        shutil.copy(ROOT / name, work / name)
+    shutil.copy(ROOT / "lesson.ipynb", work / "student.ipynb")  # edited by a test
+    for name in ("src", "data"):
+        shutil.copytree(ROOT / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for url in start_lab(base, work):
+        yield url, work
 
 
 @pytest.fixture(scope="session")

@@ -138,7 +138,7 @@ LOW_TOL = {"float16": dict(rtol=1e-2, atol=1e-3), "bfloat16": dict(rtol=5e-2, at
 #: Limits of the observed data and of the messages. The arrays' numbers stay under
 #: total_bytes so that an export, with its strings and headers, stays under 4 MiB.
 LIMITS = dict(total_bytes=int(3.5 * 2**20), array_bytes=1 * 2**20, export_bytes=4 * 2**20,
-              text=200, line=120, names=48, graph_nodes=5000)
+              text=200, line=120, names=48, graph_nodes=5000, own_elements=2**16)
 #: Partial credit: the share of a step's points that a shortfall costs.
 HALF = 0.5
 
@@ -1577,6 +1577,10 @@ def _contexts(step, views):
         if arr is None or not np.isfinite(arr).all():
             return [reference], [f"Your `{name}` is missing or not finite, so this step was "
                                  "checked against the reference tensors instead."]
+        if arr.size > LIMITS["own_elements"]:  # (the lesson's have at most 384)
+            return [reference], [f"Your `{name}` has shape {list(arr.shape)}, far larger than "
+                                 f"{list(SHAPES[name])}, so this step was checked against "
+                                 "the reference tensors instead."]
         own[name] = arr
         if _constant(arr):
             constant.append(name)

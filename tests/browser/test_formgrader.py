@@ -115,6 +115,7 @@ def test_an_autograded_notebook_shows_per_cell_scores_and_runs_no_student_script
     assert "My notes <script>" in text  # shown as text, not run
     for hidden in ("BEGIN HIDDEN TESTS", "verify').export(", "strict=True"):
         assert hidden not in text
+    page.locator("#cell5_scores_test").scroll_into_view_if_needed()
     page.screenshot(path=shots / "formgrader-3-mallory.png", full_page=False)
     no_script_ran(page, dialogs)
 
@@ -154,6 +155,7 @@ def test_feedback_generated_from_the_formgrader_runs_no_script(page, instructor,
     expect(page.locator("body")).to_contain_text("[FAIL] Cell 5")
     expect(page.locator("body")).to_contain_text("My notes <script>")
     assert page.locator("a[href^='javascript:']").count() == 0
+    page.get_by_text("[FAIL] Cell 5").first.scroll_into_view_if_needed()
     page.screenshot(path=shots / "formgrader-5-feedback.png")
     no_script_ran(page, dialogs)
     with open(course.export(), newline="") as f:  # the day ends with the export

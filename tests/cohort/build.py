@@ -242,7 +242,7 @@ def attack_cases(slow_cells: int = 0, cell_timeout: int = 10) -> list[dict]:
         dict(name="forge-rewrite-verify", nb=forged(a.FORGE_REWRITE_VERIFY),
              expected=no_scaling),
         dict(name="sigint-ignoring-loop", expected=full | {"cell7_values_test": 0.0},
-             stopped="ignored the interrupt",
+             stopped="did not answer the interrupt",
              nb=submission_notebook({"cell7_values": [(
                  "attended_values = attention_weights @ value", a.SIGINT_LOOP)]})),
         dict(name="output-flood", expected=full,

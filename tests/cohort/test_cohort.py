@@ -192,7 +192,7 @@ def test_links_and_files_that_would_run_script_are_gone(graded):
     root = course.course_dir()
     page = (root / "feedback" / "xss-markdown-link" / course.ASSIGNMENT / "lesson.html")
     assert "open my grading notes" in page.read_text()
-    assert "javascript:" not in page.read_text().replace("application/javascript", "")
+    assert not re.search(r"""(href|src)\s*=\s*["']?\s*javascript:""", page.read_text())
     for folder in ("autograded", "feedback"):
         assert not (root / folder / "xss-markdown-link" / course.ASSIGNMENT
                     / "summary.html").exists()

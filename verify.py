@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -894,7 +895,7 @@ class CheckResult:
     @property
     def points(self) -> Points:
         """The score, as nbgrader reads it from a test cell's last line."""
-        return Points(self.score, self.max_score)
+        return _nbgrader_points(self)
 
     @property
     def diagnoses(self) -> list:
@@ -936,6 +937,16 @@ class CheckResult:
                 "notes": list(self.notes)}
 
 
+
+def _nbgrader_points(result) -> Points:
+    """``result``'s Points. Under nbgrader's Validate (NBGRADER_VALIDATING is set in the
+    kernel it starts) a shortfall is also written to stderr: Validate shows a failed
+    cell's stderr, so the student reads what the check said, not "Partial credit"."""
+    if os.environ.get("NBGRADER_VALIDATING") and result.score < result.max_score:
+        print(str(result), file=sys.stderr)
+    return Points(result.score, result.max_score)
+
+
 @dataclass
 class Summary:
     """Several checks' results (a grade cell's, or every step's)."""
@@ -957,7 +968,7 @@ class Summary:
     @property
     def points(self) -> Points:
         """The total, as nbgrader reads it from a test cell's last line."""
-        return Points(self.score, self.max_score)
+        return _nbgrader_points(self)
 
     def __bool__(self):
         return self.passed

@@ -26,8 +26,8 @@ from tests.cohort import attacks
 from tests.cohort.build import attack_cases, hostile_cases, mistake_cases, write_submissions
 
 pytestmark = pytest.mark.cohort
-TIMEOUT = 10  # seconds per cell; the lesson's slowest cell takes < 1 s
-BUDGET = 60  # seconds per notebook, so that many slow cells hit it quickly
+TIMEOUT = 20  # seconds per cell; the lesson's slowest cell takes < 1 s (10x margin for load)
+BUDGET = 90  # seconds per notebook, so that the slow cells hit it quickly
 ROOT = course.ROOT
 
 
@@ -69,7 +69,7 @@ def graded(tmp_path_factory):
     mp.setenv("ATTENTION_NOTEBOOK_BUDGET", str(BUDGET))
     course.release()
     (course.course_dir() / "INSTRUCTOR_SECRET.txt").write_text(attacks.INSTRUCTOR_SECRET)
-    cases = hostile_cases() + mistake_cases() + attack_cases(slow_cells=8, cell_timeout=TIMEOUT)
+    cases = hostile_cases() + mistake_cases() + attack_cases(slow_cells=6, cell_timeout=TIMEOUT)
     write_submissions(cases)
     before = _outside_state()
     before["tmp"] = _grading_dirs()

@@ -1,8 +1,9 @@
-"""The instructor workflow end to end, on a small class (the full cohort: make test-cohort).
+"""The instructor workflow end to end on a small class (`make test-cohort`, which CI runs;
+the browser test of the Formgrader grades in the sandbox within `make test`).
 
 Grading is sandboxed and scored outside the kernel (src/grading.py) on every road: `make
 grade` (src.course.grade) and plain `nbgrader autograde` write the same gradebook, and a
-submission that patches np.allclose gets its honest score from both."""
+submission that forges its displayed points gets its honest score from both."""
 
 import csv
 import html
@@ -22,10 +23,10 @@ from src.grading import UNSAFE_ENV
 from tests.cohort.build import attack_cases, hostile_cases, mistake_cases, write_submissions
 from tests.notebook_utils import LESSON, ROOT
 
-pytestmark = pytest.mark.slow
-TIMEOUT = 10
-NAMES = {"correct", "tampered-verify-py", "redefined-verify", "not-json",
-         "mistake-softmax_wrong_axis", "forge-allclose", "forge-formatter"}
+pytestmark = pytest.mark.cohort
+TIMEOUT = 30  # the default; a loaded CI machine must not time out an honest cell
+# A small class: the hostile cohort (make test-cohort) grades the rest.
+NAMES = {"correct", "not-json", "mistake-softmax_wrong_axis", "forge-formatter"}
 #: What the kernel must never hold, nor feedback show: hidden tests, the export plumbing.
 HIDDEN = ("BEGIN HIDDEN TESTS", "strict=True", "importlib.reload", "verify').export(")
 
@@ -61,9 +62,12 @@ def test_parallel_grading_writes_what_sequential_nbgrader_writes(graded):
     env = dict(os.environ, ATTENTION_COURSE_DIR=str(sequential),
                ATTENTION_CELL_TIMEOUT=str(TIMEOUT),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    # From the course directory, nbgrader's conventional root: course/nbgrader_config.py
+    # (written by `make release`) loads the repository's, sandbox and trusted scoring included.
     res = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", course.ASSIGNMENT,
-                          "--force"], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=600)
+                          "--force"], cwd=sequential, env=env, capture_output=True, text=True,
+                         timeout=900)
+    assert "No nbgrader_config.py file found" not in res.stdout + res.stderr
     assert "database is locked" not in res.stdout + res.stderr
     assert "Autograding" in res.stdout + res.stderr, res.stderr[-2000:]
     parallel = course.per_cell_scores()
@@ -79,12 +83,10 @@ def test_report_names_the_broken_submission(graded):
     *_, report = graded
     assert [r.student for r in report.failed] == ["not-json"]
     assert report.failed[0].error
-    assert report.summary().startswith("graded 7 submissions in ")
-    assert "6 ok, 1 failed" in report.summary()
+    assert report.summary().startswith("graded 4 submissions in ")
+    assert "3 ok, 1 failed" in report.summary()
     scores = {r.student: r.score for r in report.results}
-    assert scores["correct"] == 9.0 and scores["tampered-verify-py"] == 7.0
-    assert scores["redefined-verify"] == 7.0 and scores["forge-allclose"] == 7.0
-    assert scores["forge-formatter"] == 7.0
+    assert scores["correct"] == 9.0 and scores["forge-formatter"] == 7.0
     assert "forge-formatter (shown 9/9, verified 7/9)" in report.summary()
 
 
@@ -96,14 +98,14 @@ def page_text(path):
 def test_feedback_shows_the_trusted_score_and_nothing_hidden(graded):
     root, *_ = graded
     course.feedback()
-    for student in ("correct", "redefined-verify", "forge-allclose"):
+    for student in ("correct", "forge-formatter"):
         autograded = (root / "autograded" / student / course.ASSIGNMENT
                       / "lesson.ipynb").read_text()
         text = page_text(root / "feedback" / student / course.ASSIGNMENT / "lesson.html")
         assert "check_attention_scores(query, key, attention_scores)" in text
         for secret in HIDDEN:
             assert secret not in autograded and secret not in text, (student, secret)
-    text = page_text(root / "feedback" / "forge-allclose" / course.ASSIGNMENT / "lesson.html")
+    text = page_text(root / "feedback" / "forge-formatter" / course.ASSIGNMENT / "lesson.html")
     assert "[FAIL] Cell 5" in text  # the verified result, not the one the kernel showed
 
 
@@ -111,7 +113,7 @@ def test_unsafe_grading_says_so_and_still_scores_outside_the_kernel(graded, monk
     root, *_ = graded
     monkeypatch.setenv(UNSAFE_ENV, "1")
     out = io.StringIO()
-    report = course.grade(jobs=1, timeout=TIMEOUT, students=["forge-allclose"], stream=out)
+    report = course.grade(jobs=1, timeout=TIMEOUT, students=["forge-formatter"], stream=out)
     assert out.getvalue().count("UNSAFE: graded WITHOUT the sandbox") == 2  # start and end
     assert report.summary().startswith("UNSAFE")
     assert report.results[0].score == 7.0  # the forged check still earns nothing

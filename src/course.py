@@ -312,7 +312,11 @@ def per_cell_scores(db_path: Path | None = None) -> dict:
 def _worker_main(student, conn, init_args, scratch):
     """A forked process that grades one student and sends back the outcome."""
     import tempfile
+    import warnings
 
+    # nbgrader's gradebook code trips SQLAlchemy's autoflush warning on every submission
+    # ("Object of type <SubmittedAssignment> not in session"): harmless, and noise here.
+    warnings.filterwarnings("ignore", message=r".*not in session.*")
     try:
         # The sandbox's files go here: the parent removes them even if this process dies.
         tempfile.tempdir = scratch

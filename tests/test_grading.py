@@ -30,7 +30,8 @@ seen = dict(cwd=os.getcwd(), uid=os.getuid(), pid=os.getpid(), root=sorted(os.li
             repo_config=os.path.exists({repo!r} + "/nbgrader_config.py"),
             nproc=resource.getrlimit(resource.RLIMIT_NPROC)[0],
             address_space=resource.getrlimit(resource.RLIMIT_AS)[0],
-            fsize=resource.getrlimit(resource.RLIMIT_FSIZE)[0])
+            fsize=resource.getrlimit(resource.RLIMIT_FSIZE)[0],
+            caps=open("/proc/self/status").read().split("CapEff:")[1].split()[0])
 try:
     socket.create_connection(("127.0.0.1", {port}), timeout=2)
     seen["loopback"] = "reached"
@@ -85,6 +86,7 @@ def test_a_kernel_in_the_sandbox_sees_only_what_it_may(tmp_path):
         box.cleanup()
         listener.close()
     assert seen["cwd"] == sandbox.WORKDIR and seen["pid"] == 2  # own PID namespace
+    assert int(seen["caps"], 16) == 0  # no capabilities
     assert seen["here"] == ["data", "src", "verify.py"]
     assert not seen["course"] and not seen["repo_config"]
     assert set(seen["root"]) <= {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc",

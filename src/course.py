@@ -131,10 +131,12 @@ def release() -> Path:
 
 # ----------------------------------------------------------------- grading
 def submitted_students() -> list[str]:
+    """Every folder of submitted/ with an assignment entry (a symlinked one too: it is
+    then refused by name instead of silently skipped)."""
     base = course_dir() / "submitted"
     if not base.is_dir():
         return []
-    return sorted(p.name for p in base.iterdir() if (p / ASSIGNMENT).is_dir())
+    return sorted(p.name for p in base.iterdir() if (p / ASSIGNMENT).exists())
 
 
 def tree_digest(path: Path) -> str:
@@ -411,10 +413,7 @@ def grade(jobs: int = 0, timeout: int | None = None, memory_gb: float | None = N
         if reason:
             raise CourseError(f"cannot grade safely: {reason}")
     base = course_dir() / "submitted"
-    if students is None:
-        students = sorted(p.name for p in base.iterdir() if (p / ASSIGNMENT).exists()) \
-            if base.is_dir() else []
-    students = list(students)
+    students = list(students) if students is not None else submitted_students()
     if not students:
         raise CourseError(f"nothing to grade: expected folders {base}/<student>/{ASSIGNMENT}/")
     report, progress = GradeReport(unsafe=unsafe), _Progress(len(students), stream)

@@ -1,7 +1,6 @@
 """verify.py: full marks for the reference, 0 for the stubs, every mistake named,
 observe/judge split (data only, never raising), readable messages, the CLI."""
 
-import io
 import json
 import re
 import subprocess
@@ -15,6 +14,7 @@ from hypothesis import strategies as st
 
 import verify
 from tests.catalogue import AGG, CATALOGUE, EXPS, SCALE, inject, steps_of
+from tests.corpus import roundtrip
 from tests.notebook_utils import LESSON, ROOT, SOURCE, cells_by_id, run_steps
 
 REF = cells_by_id(SOURCE)
@@ -39,14 +39,6 @@ def run_graded(replace=None, codes=REF):
 @pytest.fixture(scope="module")
 def reference():
     return run_graded()
-
-
-def roundtrip(data):
-    buf = io.BytesIO()
-    np.savez(buf, **data)
-    buf.seek(0)
-    with np.load(buf, allow_pickle=False) as npz:
-        return {k: npz[k] for k in npz.files}
 
 
 # ------------------------------------------------------------------ points

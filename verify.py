@@ -2236,7 +2236,6 @@ def run_notebook(path, timeout=60, strict=False):
 
     import nbformat
     from nbclient import NotebookClient
-    from traitlets.config import Config
 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
@@ -2254,11 +2253,8 @@ def run_notebook(path, timeout=60, strict=False):
                 cells.append(nbformat.v4.new_code_cell(
                     _OBSERVE_CELL.format(grade_id=gid, directory=tmp)))
         nb.cells = cells
-        config = Config()  # IPC: Unix sockets in tmp, no TCP port (and no TCP warning)
-        config.KernelManager.transport = "ipc"
-        config.KernelManager.ip = str(Path(tmp) / "kernel")
         client = NotebookClient(nb, timeout=timeout, allow_errors=True, kernel_name="python3",
-                                config=config,
+                                config=ipc_config(tmp),
                                 resources={"metadata": {"path": str(path.parent)}})
         client.execute()
         results, per_cell = [], {}
@@ -2281,6 +2277,18 @@ def run_notebook(path, timeout=60, strict=False):
                                "error": out["ename"], "message": _short(out["evalue"])})
     report = Summary(results).to_dict() | {"cells": per_cell, "strict": strict}
     return report, errors
+
+
+def ipc_config(directory):
+    """nbclient config for a kernel on Unix sockets in ``directory``: no TCP port is
+    opened, so nothing else on the machine can connect, and ipykernel prints no
+    "running over TCP without encryption" warning."""
+    from traitlets.config import Config
+
+    config = Config()
+    config.KernelManager.transport = "ipc"
+    config.KernelManager.ip = str(Path(directory) / "kernel")
+    return config
 
 
 def main(argv=None) -> int:

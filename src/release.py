@@ -161,11 +161,17 @@ def clean_reference(nb):
 
 def execute_reference(path: Path = SOURCE, timeout: int = 120) -> None:
     """Run the reference top to bottom in a fresh kernel and save it cleaned."""
+    import tempfile
+
     from nbclient import NotebookClient
 
+    sys.path.insert(0, str(ROOT))  # verify.py sits at the top of the repository
+    from verify import ipc_config
+
     nb = read(path)
-    NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    with tempfile.TemporaryDirectory(prefix="reference-") as tmp:
+        NotebookClient(nb, timeout=timeout, kernel_name="python3", config=ipc_config(tmp),
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
     path.write_text(dumps(clean_reference(nb)), encoding="utf-8")
 
 

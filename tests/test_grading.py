@@ -71,7 +71,11 @@ def test_a_kernel_in_the_sandbox_sees_only_what_it_may(tmp_path):
     code = PROBE.format(course=str(tmp_path), repo=str(ROOT), port=port, linger=linger,
                         venv=sys.prefix)
     box = sandbox.Sandbox({n: ROOT / n for n in ("verify.py", "src", "data")})
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    cap = sandbox.LIMITS.message_mb * 2**20
+    big = ("from IPython.display import display\n"
+           f"display({{'text/plain': 'a' * {cap // 2}}}, raw=True)\n"  # under the cap
+           f"display({{'text/plain': 'b' * {cap + 1}}}, raw=True)\n")  # over it
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in (code, big)])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
 
     class Manager(sandbox.SandboxKernelManager):
@@ -79,7 +83,8 @@ def test_a_kernel_in_the_sandbox_sees_only_what_it_may(tmp_path):
 
     Manager.sandbox = box
     try:
-        NotebookClient(nb, kernel_manager_class=Manager, timeout=60).execute()
+        # iopub_timeout: once the over-size message is refused, no "idle" follows
+        NotebookClient(nb, kernel_manager_class=Manager, timeout=60, iopub_timeout=1).execute()
         text = "".join(o.get("text", "") for o in nb.cells[0].outputs if o.get("name") == "stdout")
         seen = __import__("json").loads(text)
         exported = (box.export_dir / "ok.txt").read_text()
@@ -109,6 +114,9 @@ def test_a_kernel_in_the_sandbox_sees_only_what_it_may(tmp_path):
         assert seen["setsid"] == seen["unshare"] == "Operation not permitted"
         assert seen["add_key"] is False
     assert seen["pool"] == [1, 2]
+    # the grader takes a message under the cap and refuses one over it
+    sizes = [len(o["data"]["text/plain"]) for o in nb.cells[1].outputs]
+    assert sizes == [cap // 2]
     lingering = subprocess.run(["pgrep", "-f", linger], capture_output=True, text=True)
     assert lingering.stdout == ""  # the daemon died with the sandbox
 

@@ -288,6 +288,12 @@ class SandboxedExecute(Execute):
         except Exception as exc:  # noqa: BLE001  (the kernel is the student's: any failure)
             if isinstance(exc, DeadKernelError):
                 why = "the kernel died"
+            elif isinstance(exc, CellTimeoutError) and "IOPub" in str(exc):
+                # The cell finished but its outputs never did: the usual cause is a message
+                # over the cap, which the grader's socket refuses, cutting the channel.
+                why = (f"its output channel went silent after the cell finished (an output "
+                       f"message over {self._box.limits.message_mb} MiB is refused, which cuts "
+                       "the channel), so the kernel was stopped")
             elif isinstance(exc, CellTimeoutError):
                 why = (f"it ran past the {self._cell_timeout(cell)} s limit and did not answer "
                        "the interrupt (code that ignores SIGINT, or an overloaded machine), so "

@@ -266,8 +266,10 @@ def attack_cases(slow_cells: int = 0, cell_timeout: int = 10) -> list[dict]:
         # its own answers are right: the forged upstream tensors must not blow the judge up
         dict(name="attack-judge-bomb", expected=full,
              nb=after("cell4_projections_test", a.JUDGE_BOMB.format(**fmt))),
-        dict(name="attack-big-message", expected=full,
-             nb=after("cell4_projections_test", a.BIG_MESSAGE)),  # later outputs are lost
+        # refused by the grader's socket: the kernel is stopped like any misbehaving one
+        dict(name="attack-big-message", stopped="output channel went silent",
+             expected=full | {g: 0.0 for g in full if g != "cell4_projections_test"},
+             nb=after("cell4_projections_test", a.BIG_MESSAGE)),
         dict(name="xss-markdown-link", expected=full, extra={"summary.html": a.EXTRA_HTML},
              nb=submission_notebook(added=[("cell3_data", "markdown", a.MARKDOWN_LINK)])),
     ]

@@ -200,6 +200,16 @@ def _close(a, b, tol=None):
         return bool((np.abs(a - b) <= tol["atol"] + tol["rtol"] * np.abs(b)).all())
 
 
+def _close_masked(a, b, tol=None):
+    """Like :func:`_close`, but -inf entries match where both arrays hold -inf."""
+    if a is None or b is None or a.shape != b.shape:
+        return False
+    mask = np.isneginf(a)
+    if not np.array_equal(mask, np.isneginf(b)) or not np.isfinite(a[~mask]).all():
+        return False
+    return _close(a[~mask], b[~mask], tol)
+
+
 def _constant(a):
     """True when every entry of ``a`` is (nearly) the same number."""
     if a is None or a.size == 0:
@@ -497,6 +507,20 @@ _m("feature_product", "attention_scores", "a product over tokens instead of feat
                           _swap(inp["query"]) @ inp["key"] / 8,
                           _swap(inp["key"]) @ inp["query"], _swap(inp["query"]) @ inp["key"]],
    shows="Kᵀ Q/√d_k, shape [1, 64, 64]")
+def _causal(inp):
+    """Q Kᵀ/√d_k with a decoder's causal mask: each token keeps itself and those before."""
+    scores = _raw(inp) / 8
+    later = np.triu(np.ones(scores.shape[-2:], dtype=bool), k=1)
+    return [np.where(later, fill, scores)
+            for fill in (-np.inf, -1e9, float(np.finfo(np.float32).min))]
+
+
+_m("causal_mask", "attention_scores", "a mask in the scores",
+   "the scores of later tokens were set to -inf (or a huge negative number), as a "
+   "decoder's causal mask does with masked_fill and torch.triu; the attention of this "
+   "lesson lets every token attend to all six, with no mask",
+   "remove the mask: attention_scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)",
+   reproduce=_causal, shows="Q Kᵀ/√d_k with the entries above the diagonal masked")
 _m("no_scaling", "attention_scores", "the scores are not scaled by 1/√d_k",
    "the scores equal Q Kᵀ, √d_k = 8 times too large; the softmax will be too peaked",
    "divide by math.sqrt(d_k), with d_k = key.shape[-1] = 64", factor=math.sqrt(D_K))
@@ -815,6 +839,17 @@ _m("used_before_computed", "any", "a tensor from an earlier cell is None",
    error=r"NoneType",
    example=("TypeError: unsupported operand type(s) for @: 'NoneType' and 'Tensor'",
             "attended_values = attention_weights @ value"))
+_m("upstream_slip", "any", "a slip in an earlier cell stopped this one",
+   "this cell's code raised on a tensor from an earlier cell that is of the wrong kind or "
+   "dtype (a NumPy array, a tuple, float64); the slip was charged in the cell that made "
+   "it, but this cell cannot be judged until it runs",
+   "fix the earlier cell as its check says, run it again, then run this cell",
+   kind="upstream_slip")
+_m("returned_none", "any", "a function returned None",
+   "every input of this cell is there, yet an operation got None: a function you call "
+   "returns None (a def without `return`), or a name was set to None",
+   "end your function with `return` and the result (for example return exps / sums), "
+   "then run this cell again", kind="returned_none")
 _m("softmax_raises", "softmax", "the softmax raised an error",
    "calling your softmax on the input shown raised an exception",
    "call softmax on that input yourself and fix the line the error points to",
@@ -1585,7 +1620,10 @@ def _contexts(step, views):
     own, constant = dict(ref), []
     for name in names.upstream:
         arr = views[name].real
-        if arr is None or not np.isfinite(arr).all():
+        # A masked score is -inf, which the softmax must take; nothing else may be infinite.
+        unusable = arr is None or np.isnan(arr).any() or np.isposinf(arr).any() or (
+            name != "attention_scores" and np.isneginf(arr).any())
+        if unusable:
             return [reference], [f"Your `{name}` is missing or not finite, so this step was "
                                  "checked against the reference tensors instead."]
         if arr.size > LIMITS["own_elements"]:  # (the lesson's have at most 384)
@@ -1715,6 +1753,36 @@ def _match_value(step, name, arr, contexts, view):
     return None, ""
 
 
+def _upstream_slip(cell, inputs):
+    """What is wrong with an input that a cell's error points to (a NumPy array, a tuple,
+    a dtype other than float32), or "" when its inputs are fine or the error is its own."""
+    if not re.match(r"(TypeError|RuntimeError|ValueError|AttributeError)\b", cell.error):
+        return ""
+    for v in inputs:
+        made = f"`{v.name}` (made in Cell {MADE_IN.get(v.name, '?')})"
+        if v.kind == "ndarray":
+            return f"{made} is a NumPy array, not a torch tensor"
+        if v.kind == "tensor" and v.dtype not in ("float32", ""):
+            return f"{made} is {v.dtype}, while the lesson's tensors are float32"
+        if v.kind not in ("tensor", "none", "missing"):
+            return f"{made} is {v.describe()}, not a tensor"
+    return ""
+
+
+def _match_masked(step, name, arr, contexts):
+    """(mistake id, what we saw) of an entry whose output holds -inf (a mask), or None."""
+    for m in _value_entries(step):
+        if m.reproduce is None:
+            continue
+        for ctx in contexts:
+            for variant in ctx.variants(m, name):
+                if _close_masked(arr, variant):
+                    masked = int(np.isneginf(arr).sum())
+                    return m.id, (f"`{name}` holds -inf at {masked} of its {arr.size} "
+                                  f"entries; it equals {m.shows}.")
+    return None, ""
+
+
 def _judge_output(step, name, view, contexts, strict, inputs, cell):
     """The verdict on one output tensor ``name`` of ``step``; ``inputs``: upstream views."""
     f = _Finding()
@@ -1723,6 +1791,12 @@ def _judge_output(step, name, view, contexts, strict, inputs, cell):
         if cell.raised:
             f.mistake = _error_entry(cell.error, cell.line) or "cell_raised"
             f.seen = f"{cell.said()}, so `{name}` {holds}."
+            slip = _upstream_slip(cell, inputs)
+            if slip:
+                f.mistake, f.seen = "upstream_slip", f"{cell.said()}: {slip}."
+            elif f.mistake == "used_before_computed" and inputs and all(
+                    v.kind in ("tensor", "ndarray") for v in inputs):
+                f.mistake = "returned_none"
         else:
             f.mistake = "not_computed"
             f.seen = (f"`{name}` {holds}: it has not been computed yet; run your Cell "
@@ -1746,8 +1820,11 @@ def _judge_output(step, name, view, contexts, strict, inputs, cell):
                   f"{reason}.")
         return f
     if not np.isfinite(arr).all():
-        f.mistake = "nan_or_inf"
-        f.seen = f"`{name}` contains {int((~np.isfinite(arr)).sum())} NaN or inf value(s)."
+        f.mistake, f.seen = _match_masked(step, name, arr, contexts)
+        if f.mistake is None:
+            f.mistake = "nan_or_inf"
+            f.seen = (f"`{name}` contains {int((~np.isfinite(arr)).sum())} NaN or inf "
+                      "value(s).")
         return f
     tol = LOW_TOL.get(view.dtype, TOL)
     for ctx in contexts:
@@ -1888,8 +1965,13 @@ def _judge_tensors(step, r, strict, cell):
     findings = [(n, _judge_output(step, n, views[n], contexts, strict, inputs, cell))
                 for n in names.outputs]
     out, shape = names.outputs, list(SHAPES[names.outputs[0]])
-    ok = (f"`{out[0]}` {shape} is correct." if len(out) == 1 else
-          f"{_listing(out)} {shape} are correct.")
+    seen = list(views[out[0]].shape or shape)  # say the shape it has, not the lesson's
+    if seen != shape and len(seen) != len(shape) - 1:  # (a lost batch axis is charged)
+        ok = (f"{_listing(out)} {seen} {'is' if len(out) == 1 else 'are'} right for your own "
+              f"tensors from the cells before (the lesson's shape is {shape}).")
+    else:
+        ok = (f"`{out[0]}` {shape} is correct." if len(out) == 1 else
+              f"{_listing(out)} {shape} are correct.")
     return _result(step, findings, ok, notes, cell, _seen_arrays(views))
 
 

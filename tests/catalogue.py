@@ -104,10 +104,13 @@ EXAMPLE_ERROR = ("NameError: name 'dk' is not defined",
                  "attention_scores = raw_scores / math.sqrt(dk)")
 
 
+NEEDS_INPUTS = ("upstream_slip", "returned_none")
+
+
 def steps_of(mistake):
     """The checks an entry is injected into: its own, or every tensor check for "any"."""
-    if mistake.step == "any":
-        return TENSOR_STEPS
+    if mistake.step == "any":  # these two are about a step's inputs: it must have some
+        return TENSOR_STEPS[1:] if mistake.kind in NEEDS_INPUTS else TENSOR_STEPS
     if mistake.fns and mistake.in_weights:
         ref = verify._reference()
         weights = mistake.fns[0](ref["attention_scores"], -1)
@@ -185,11 +188,27 @@ def inject(mistake_id, step, data):
         right = verify._compute(step, ref, name)
         got = right * m.factor if m.factor is not None else m.reproduce(ref)
         _set_values(data, prefix, got[0] if isinstance(got, list) else got)
+    elif m.kind == "upstream_slip":
+        _drop(data, prefix)
+        _info(data, prefix, kind="none", type="NoneType")
+        data["cell.raised"] = np.array(["TypeError: unsupported operand type(s) for @: "
+                                        "'numpy.ndarray' and 'Tensor'", "x @ y"])
+        upstream = verify.NAMES[step].upstream[0]
+        _info(data, f"t.{upstream}", kind="ndarray", type="ndarray")
+    elif m.kind == "returned_none":
+        _drop(data, prefix)
+        _info(data, prefix, kind="none", type="NoneType")
+        data["cell.raised"] = np.array(["AttributeError: 'NoneType' object has no attribute "
+                                        "'sum'", "print(attention_weights.sum(-1))"])
     elif m.example or m.kind in ("cell_error", "missing"):
         _drop(data, prefix)
         _info(data, prefix, kind="none", type="NoneType")
         if m.kind != "missing":
             data["cell.raised"] = np.array(list(m.example or EXAMPLE_ERROR))
+        upstream = verify.NAMES[step].upstream if step in verify.NAMES else ()
+        if mistake_id == "used_before_computed" and upstream:  # an earlier tensor is None
+            _drop(data, f"t.{upstream[0]}")
+            _info(data, f"t.{upstream[0]}", kind="none", type="NoneType")
     elif m.kind == "new_layers":
         rng = np.random.default_rng(0)
         ref = _reference_inputs(name)

@@ -11,7 +11,10 @@ cell would see is judged.
 must name (None: wrong, and the catalogue has no name for it). Every other
 check must give full marks (no cascade), except the ``by_design`` ones: their
 input from an earlier cell is missing (the cell raised) or degenerate
-(constant), so no check can credit them. ``same_idea_as`` marks another
+(constant), or of a kind their code cannot run on (a NumPy array, a tuple,
+float64 next to float32: the check names that slip, ``upstream_slip``), so no
+check can credit them. ``by_design`` maps such a check to the mistake it must
+name (None: any). ``same_idea_as`` marks another
 spelling of an attempt above: it is run and must behave the same, but it is
 not counted in the figure. Correct alternatives have no ``expect``.
 
@@ -44,7 +47,7 @@ class Attempt:
     name: str
     code: dict
     expect: dict = field(default_factory=dict)
-    by_design: tuple = ()
+    by_design: dict = field(default_factory=dict)  # check -> the mistake it names, or None
     same_idea_as: str = ""
     note: str = ""  # text one result's notes must contain (e.g. that the cell raised)
 
@@ -57,7 +60,8 @@ ATTEMPTS: list[Attempt] = []
 
 
 def attempt(name, expect=None, by_design=(), same_idea_as="", note="", **code):
-    ATTEMPTS.append(Attempt(name, code, dict(expect or {}), tuple(by_design), same_idea_as,
+    by_design = dict(by_design) if isinstance(by_design, dict) else dict.fromkeys(by_design)
+    ATTEMPTS.append(Attempt(name, code, dict(expect or {}), by_design, same_idea_as,
                             note))
 
 
@@ -261,15 +265,39 @@ attempt("a guessed constant", expect={"attention_scores": "scalar_multiple"},
 attempt("divided by zero", expect={"attention_scores": "nan_or_inf"}, by_design=AFTER_5,
         cell5="d = key.shape[0] - 1  # meant the feature size\n"
               "attention_scores = query @ key.transpose(-2, -1) / d")
-attempt("float64 query only", expect={"projections": "wrong_dtype",
-                                      "attention_scores": "mixed_dtypes"},
-        by_design=AFTER_5, cell4="query = q_proj(x).double()\nkey = k_proj(x)\n"
+attempt("float64 query only", expect={"projections": "wrong_dtype"},
+        by_design={"attention_scores": "upstream_slip", "attention_weights": None,
+                   "attended_values": None}, cell4="query = q_proj(x).double()\nkey = k_proj(x)\n"
                                  "value = v_proj(x)")
 attempt("batch lost in Cell 5", expect={"attention_scores": "lost_batch_dimension"},
         **scores("query[0] @ key[0].T / math.sqrt(d_k)"))
+attempt("float64 scores, Cell 7 as the lesson writes it",
+        expect={"attention_scores": "wrong_dtype"}, by_design={"attended_values": "upstream_slip"},
+        **scores("(query @ key.transpose(-2, -1) / math.sqrt(d_k)).double()"))
+attempt("projections as NumPy arrays", expect={"projections": "not_a_tensor"},
+        by_design={"attention_scores": "upstream_slip", "attention_weights": None,
+                   "attended_values": None},
+        cell4=projections(lambda layer: f"{layer}(x).detach().numpy()"))
+attempt("a causal mask from a decoder tutorial", expect={"attention_scores": "causal_mask"},
+        cell5="attention_scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)\n"
+              "mask = torch.triu(torch.ones(6, 6, dtype=torch.bool), diagonal=1)\n"
+              "attention_scores = attention_scores.masked_fill(mask, float('-inf'))")
+attempt("a causal mask with -1e9", expect={"attention_scores": "causal_mask"},
+        same_idea_as="a causal mask from a decoder tutorial",
+        cell5="scores = torch.matmul(query, key.transpose(-2, -1)) / d_k ** 0.5\n"
+              "mask = torch.tril(torch.ones(6, 6))\n"
+              "attention_scores = scores.masked_fill(mask == 0, -1e9)")
 
 # ------------------------------------------------------------- Cell 6: the function
 SM = "def softmax(x, dim=-1):\n"
+attempt("softmax that forgot its return", expect={"softmax": "bad_output",
+                                                  "attention_weights": "returned_none"},
+        by_design=AFTER_6, softmax=SM + """\
+    exps = torch.exp(x - x.amax(dim=dim, keepdim=True))
+    result = exps / exps.sum(dim=dim, keepdim=True)""")
+attempt("weights as a NumPy array", expect={"attention_weights": "not_a_tensor"},
+        by_design={"attended_values": "upstream_slip"},
+        apply="attention_weights = softmax(attention_scores, dim=-1).detach().numpy()")
 attempt("no max-subtraction", expect={"softmax": "no_max_subtraction"}, softmax=SM + """\
     exps = torch.exp(x)
     return exps / exps.sum(dim=dim, keepdim=True)""")
@@ -462,6 +490,8 @@ attempt("batch lost in Cell 7", expect={"attended_values": "lost_batch_dimension
         **values("(attention_weights @ value)[0]"))
 attempt("float64 values", expect={"attended_values": "wrong_dtype"},
         **values("(attention_weights @ value).double()"))
+attempt("weights cast to float64 for precision", expect={"attended_values": "mixed_dtypes"},
+        **values("attention_weights.double() @ value"))
 attempt("NumPy values", expect={"attended_values": "not_a_tensor"},
         **values("(attention_weights @ value).detach().numpy()"))
 attempt("values first", expect={"attended_values": "values_first"},
@@ -533,7 +563,12 @@ class Record:
                     out.append(f"{step}: expected {want}, named {strict.diagnoses or 'nothing'}")
                 if want is not None and want not in visible.diagnoses:
                     out.append(f"{step}: the visible check does not show {want}")
-            elif step not in a.by_design and not full:
+            elif step in a.by_design:
+                want = a.by_design[step]
+                if want is not None and want not in strict.diagnoses:
+                    out.append(f"{step}: expected {want} (by design), named "
+                               f"{strict.diagnoses or 'nothing'}")
+            elif not full:
                 out.append(f"{'cascade' if a.expect else 'correct lost points'}: {step} "
                            f"{strict.score}/{strict.max_score} ({strict.mistake})")
         if a.note and not any(a.note in n for r in self.strict.values() for n in r.notes):

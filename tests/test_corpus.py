@@ -40,7 +40,7 @@ def test_the_names_are_unique_and_every_mistake_is_met():
     names = [a.name for a in corpus.ATTEMPTS]
     assert len(names) == len(set(names))
     assert {a.same_idea_as for a in corpus.ATTEMPTS} - {""} <= set(names)
-    met = {m for a in corpus.ATTEMPTS for m in a.expect.values()}
+    met = {m for a in corpus.ATTEMPTS for m in (*a.expect.values(), *a.by_design.values())}
     # not_computed is the untouched lesson (tests/test_verify.py), not an attempt
     assert set(verify.MISTAKES) - met == {"not_computed", "used_before_computed"} - met
 

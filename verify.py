@@ -577,6 +577,16 @@ _m("mutates_input", "softmax", "the softmax changes its input in place",
    "after the call the input tensor holds different values (an in-place op such as "
    "x -= ... or x.exp_()), so attention_scores gets overwritten",
    "build new tensors instead: shifted = x - x_max", kind="mutated")
+_m("shift_not_max", "softmax", "a shift by the row's minimum or mean, not its maximum",
+   "subtracting each row's minimum (or mean) keeps the result mathematically, but leaves "
+   "exponents far above 0: a row with a large spread still overflows to inf (inf/inf = "
+   "NaN), and a row holding -inf shifts everything to NaN",
+   "subtract each row's maximum instead: x.amax(dim=dim, keepdim=True), so that every "
+   "exponent is <= 0",
+   fns=_fns(lambda x, d: np.exp(x - x.min(axis=d, keepdims=True))
+            / _sum(np.exp(x - x.min(axis=d, keepdims=True)), d),
+            lambda x, d: np.exp(x - x.mean(axis=d, keepdims=True))
+            / _sum(np.exp(x - x.mean(axis=d, keepdims=True)), d)))
 _m("no_max_subtraction", "softmax", "softmax without max-subtraction",
    "exp of a large logit overflows to inf and inf/inf gives NaN",
    "subtract each row's maximum before torch.exp (x.amax(dim=dim, keepdim=True)): the "

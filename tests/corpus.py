@@ -301,6 +301,14 @@ attempt("weights as a NumPy array", expect={"attention_weights": "not_a_tensor"}
 attempt("no max-subtraction", expect={"softmax": "no_max_subtraction"}, softmax=SM + """\
     exps = torch.exp(x)
     return exps / exps.sum(dim=dim, keepdim=True)""")
+attempt("minimum subtracted", expect={"softmax": "shift_not_max"}, softmax=SM + """\
+    shifted = x - x.amin(dim=dim, keepdim=True)  # every exponent >= 0, no underflow
+    exps = torch.exp(shifted)
+    return exps / exps.sum(dim=dim, keepdim=True)""")
+attempt("mean subtracted", expect={"softmax": "shift_not_max"},
+        same_idea_as="minimum subtracted", softmax=SM + """\
+    exps = torch.exp(x - x.mean(dim=dim, keepdim=True))
+    return exps / exps.sum(dim=dim, keepdim=True)""")
 attempt("global max", expect={"softmax": "global_max_subtraction"}, softmax=SM + """\
     exps = torch.exp(x - x.max())
     return exps / exps.sum(dim=dim, keepdim=True)""")

@@ -849,6 +849,12 @@ _m("used_before_computed", "any", "a tensor from an earlier cell is None",
    error=r"NoneType",
    example=("TypeError: unsupported operand type(s) for @: 'NoneType' and 'Tensor'",
             "attended_values = attention_weights @ value"))
+_m("degenerate_upstream", "any", "built on degenerate tensors from an earlier cell",
+   "your code follows the formula, but a tensor it uses is degenerate (constant, such as "
+   "weights that are all 1 from a softmax over dim=0): every formula gives the same "
+   "result on it, so this step cannot earn its points on it",
+   "fix the earlier cell as its check says, run it again, then run this cell",
+   kind="degenerate")
 _m("upstream_slip", "any", "a slip in an earlier cell stopped this one",
    "this cell's code raised on a tensor from an earlier cell that is of the wrong kind or "
    "dtype (a NumPy array, a tuple, float64); the slip was charged in the cell that made "
@@ -1620,8 +1626,14 @@ def _promoted(dtypes):
     return floats[0] if len(set(floats)) == 1 else "float32"
 
 
+_DEGENERATE = "your own, degenerate tensors"
+
+
 def _contexts(step, views):
-    """(contexts, notes): the student's own inputs first when usable, then the reference."""
+    """(contexts, notes): the student's own inputs first when usable, then the reference.
+
+    Degenerate own inputs come last, labelled ``_DEGENERATE``: never credited, only named.
+    """
     ref = _reference()
     names = NAMES[step]
     reference = _reference_context(step)
@@ -1661,10 +1673,13 @@ def _contexts(step, views):
     if constant or copy or _constant(expected):
         which = constant or list(names.upstream)
         verb = "is" if len(which) == 1 else "are"
-        return [reference], [f"Your {_listing(which)} {verb} degenerate (constant, or such "
-                             "that every formula gives the same result), so this step was "
-                             "checked against the reference tensors instead: fix the cell "
-                             "that made it first."]
+        # the student's own context goes last, tagged: only to say so if the output is
+        # right for it (it is never credited)
+        context.label = _DEGENERATE
+        return [reference, context], [
+            f"Your {_listing(which)} {verb} degenerate (constant, or such that every formula "
+            "gives the same result), so this step was checked against the reference tensors "
+            "instead: fix the cell that made it first."]
     if all(_close(own[n], ref[n], STRICT_TOL) for n in names.upstream):
         return [reference], []
     differ = [n for n in names.upstream if not _close(own[n], ref[n])]
@@ -1971,9 +1986,17 @@ def _judge_tensors(step, r, strict, cell):
     names = NAMES[step]
     views = {n: r.tensor(n) for n in names.all}
     contexts, notes = _contexts(step, views)
+    own = contexts.pop() if contexts[-1].label == _DEGENERATE else None
     inputs = [views[n] for n in names.upstream]
     findings = [(n, _judge_output(step, n, views[n], contexts, strict, inputs, cell))
                 for n in names.outputs]
+    for n, f in findings:  # unnamed, but the formula applied to degenerate inputs
+        arr = views[n].real
+        if own is not None and f.message and arr is not None and _close(arr, own.expected(n)):
+            f.message, f.mistake = "", "degenerate_upstream"
+            f.seen = (f"`{n}` is what the formula gives on your tensors from the cells before, "
+                      "but they are degenerate (see the note), so it cannot be told apart "
+                      "from a wrong formula.")
     out, shape = names.outputs, list(SHAPES[names.outputs[0]])
     seen = list(views[out[0]].shape or shape)  # say the shape it has, not the lesson's
     if seen != shape and len(seen) != len(shape) - 1:  # (a lost batch axis is charged)

@@ -109,7 +109,9 @@ NEEDS_INPUTS = ("upstream_slip", "returned_none")
 
 def steps_of(mistake):
     """The checks an entry is injected into: its own, or every tensor check for "any"."""
-    if mistake.step == "any":  # these two are about a step's inputs: it must have some
+    if mistake.kind == "degenerate":  # (the softmax of constant scores is constant: it is
+        return ["attention_scores", "attended_values"]  # named constant_output)
+    if mistake.step == "any":  # these are about a step's inputs: it must have some
         return TENSOR_STEPS[1:] if mistake.kind in NEEDS_INPUTS else TENSOR_STEPS
     if mistake.fns and mistake.in_weights:
         ref = verify._reference()
@@ -195,6 +197,12 @@ def inject(mistake_id, step, data):
                                         "'numpy.ndarray' and 'Tensor'", "x @ y"])
         upstream = verify.NAMES[step].upstream[0]
         _info(data, f"t.{upstream}", kind="ndarray", type="ndarray")
+    elif m.kind == "degenerate":  # a constant input, and the formula applied to it
+        upstream = verify.NAMES[step].upstream[0]
+        inputs = dict(verify._reference(), name=name)
+        inputs[upstream] = np.ones_like(inputs[upstream])
+        _set_values(data, f"t.{upstream}", inputs[upstream])
+        _set_values(data, prefix, verify._compute(step, inputs, name))
     elif m.kind == "returned_none":
         _drop(data, prefix)
         _info(data, prefix, kind="none", type="NoneType")

@@ -443,7 +443,8 @@ attempt("returns the sums too", expect={"softmax": "bad_output",
 attempt("softmax over dim=1", expect={"attention_weights": "softmax_wrong_axis"},
         apply="attention_weights = softmax(attention_scores, dim=1)")
 attempt("softmax over the batch axis", expect={"attention_weights": "softmax_wrong_axis"},
-        by_design=AFTER_6, apply="attention_weights = softmax(attention_scores, dim=0)")
+        by_design={"attended_values": "degenerate_upstream"},
+        apply="attention_weights = softmax(attention_scores, dim=0)")
 attempt("softmax not applied", expect={"attention_weights": "softmax_not_applied"},
         apply="attention_weights = attention_scores")
 attempt("scaled after the softmax", expect={"attention_scores": "no_scaling",

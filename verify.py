@@ -812,6 +812,16 @@ _m("mixed_dtypes", "any", "float64 mixed with float32",
    error=r"same dtype|expected scalar type|dtype.*(Double|Float)|(Double|Float).*dtype",
    example=("RuntimeError: expected m1 and m2 to have the same dtype, but got: double != "
             "float", "attention_scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)"))
+_m("values_before_weights", "attended_values", "the product is the wrong way round",
+   "value @ attention_weights multiplies [1, 6, 64] by [1, 6, 6]: the shapes do not fit, "
+   "because the weights come first (each row of weights mixes the rows of value)",
+   "swap the operands: attended_values = attention_weights @ value",
+   error=r"cannot be multiplied|size for first two dimensions|mat1 and mat2|"
+         r"matmul: Input operand|Expected size for first",
+   line=r"\bvalue(\.\w+\(\))?\s*@\s*attention_weights\b|"
+        r"(matmul|bmm)\(\s*value\s*,\s*attention_weights\b",
+   example=("RuntimeError: Expected size for first two dimensions of batch2 tensor to be: "
+            "[1, 64] but got: [1, 6].", "attended_values = value @ attention_weights"))
 _m("matmul_shapes", "any", "the shapes of a matrix product do not fit",
    "in A @ B the last axis of A must equal the second-to-last of B ([1, 6, 64] @ "
    "[1, 64, 6] works; [1, 6, 64] @ [1, 6, 64] does not)",

@@ -503,6 +503,10 @@ attempt("weights cast to float64 for precision", expect={"attended_values": "mix
         **values("attention_weights.double() @ value"))
 attempt("NumPy values", expect={"attended_values": "not_a_tensor"},
         **values("(attention_weights @ value).detach().numpy()"))
+attempt("value @ weights", expect={"attended_values": "values_before_weights"},
+        **values("value @ attention_weights"))
+attempt("torch.matmul(value, weights)", expect={"attended_values": "values_before_weights"},
+        same_idea_as="value @ weights", **values("torch.matmul(value, attention_weights)"))
 attempt("values first", expect={"attended_values": "values_first"},
         **values("value.transpose(-2, -1) @ attention_weights.transpose(-2, -1)"))
 attempt("value.T", expect={"attended_values": "axes_permuted"},

@@ -556,11 +556,12 @@ _m("softmax_in_scores", "attention_scores",
 _m("elementwise_scores", "attention_scores",
    "an elementwise product instead of a matrix product",
    "* multiplies entries, it does not take dot products between tokens: the result "
-   "has the shape of query, [1, 6, 64], not [1, 6, 6]",
+   "has the shape of query, [1, 6, 64] (or [1, 6] once summed over the features: token "
+   "i with token i only), not [1, 6, 6]",
    "use the matrix product @ with key transposed: query @ key.transpose(-2, -1)",
    reproduce=lambda inp: [inp["query"] * inp["key"] / 8, inp["query"] * inp["key"],
                           (inp["query"] * inp["key"]).sum(-1) / 8],
-   shows="query * key (/√d_k)")
+   shows="query * key (/√d_k), or its sum over the features")
 
 # Cell 6 — the softmax function (probed) and the weights.
 _m("uses_builtin_softmax", "softmax", "the softmax calls a built-in softmax",

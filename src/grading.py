@@ -282,20 +282,22 @@ class SandboxedExecute(Execute):
                 os.unlink(self._box.export_dir / name)
             except (FileNotFoundError, IsADirectoryError, PermissionError):
                 pass
+        limit, started = self._cell_timeout(cell), time.monotonic()
         try:
             cell = await super().async_execute_cell(cell, cell_index, execution_count,
                                                     store_history)
         except Exception as exc:  # noqa: BLE001  (the kernel is the student's: any failure)
             if isinstance(exc, DeadKernelError):
                 why = "the kernel died"
-            elif isinstance(exc, CellTimeoutError) and "IOPub" in str(exc):
-                # The cell finished but its outputs never did: the usual cause is a message
-                # over the cap, which the grader's socket refuses, cutting the channel.
+            elif isinstance(exc, CellTimeoutError) and time.monotonic() - started < limit:
+                # Before the cell's limit: the reply came, its outputs never did. The usual
+                # cause is a message over the cap, which the grader's socket refuses, cutting
+                # the channel.
                 why = (f"its output channel went silent after the cell finished (an output "
                        f"message over {self._box.limits.message_mb} MiB is refused, which cuts "
                        "the channel), so the kernel was stopped")
             elif isinstance(exc, CellTimeoutError):
-                why = (f"it ran past the {self._cell_timeout(cell)} s limit and did not answer "
+                why = (f"it ran past the {limit} s limit and did not answer "
                        "the interrupt (code that ignores SIGINT, or an overloaded machine), so "
                        "the kernel was stopped")
             else:

@@ -800,6 +800,15 @@ _m("scalar_multiple", "any", "a constant factor off",
    "find where the result is multiplied or divided by a number and compare with the "
    "formula above", kind="factor")
 # Errors, recognised from the exception and the line that raised it.
+_m("transposed_layer_input", "projections", "the layer's input was transposed",
+   "nn.Linear acts on the last axis, which must be the 64 features: x is already "
+   "[1, 6, 64] (batch, tokens, features), and x transposed to [1, 64, 6] puts the 6 "
+   "tokens there",
+   "pass x as it is: query = q_proj(x) (the transpose belongs to the key, in Cell 5)",
+   error=r"cannot be multiplied|mat1 and mat2",
+   line=r"_proj\(\s*x\s*\.\s*(transpose\(|mT\b|permute\(|swapaxes\()",
+   example=("RuntimeError: mat1 and mat2 shapes cannot be multiplied (64x6 and 64x64)",
+            "query = q_proj(x.transpose(-2, -1))"))
 _m("dot_T_on_3d", "any", ".T on a 3-D tensor",
    "`.T` reverses every axis, so a [1, 6, 64] tensor becomes [64, 6, 1] and the product "
    "fails or mixes tokens with features",

@@ -198,6 +198,12 @@ attempt("zeros for the query", cell4="query = torch.zeros(1, 6, 64)\nkey = k_pro
         by_design=DOWNSTREAM_OF_4)
 attempt("a typo in the last line", cell4="query = q_proj(x)\nkey = k_proj(x)\n"
         "value = v_proj(X)", expect={"projections": "cell_raised"}, by_design=AFTER_6)
+attempt("x transposed for the layer", expect={"projections": "transposed_layer_input"},
+        by_design=DOWNSTREAM_OF_4,
+        cell4=projections(lambda p: f"{p}(x.transpose(-2, -1))"))
+attempt("x.mT for the layer", expect={"projections": "transposed_layer_input"},
+        same_idea_as="x transposed for the layer", by_design=DOWNSTREAM_OF_4,
+        cell4=projections(lambda p: f"{p}(x.mT)"))
 attempt(".T on x", cell4=projections(lambda p: f"{p}(x.T)"),
         expect={"projections": "dot_T_on_3d"}, by_design=DOWNSTREAM_OF_4)
 attempt("two mistakes: swapped layer and transposed product",

@@ -105,7 +105,11 @@ def test_an_autograded_notebook_shows_per_cell_scores_and_runs_no_student_script
     expect(body).to_contain_text("cell7_values_test", timeout=60_000)
     text = body.inner_text()
     # Each graded cell's box shows its autograded score (as the placeholder of the
-    # manual-score input) and the cell's points.
+    # manual-score input) and the cell's points. The formgrader's script fills the
+    # placeholders after fetching the grades: wait for all four.
+    page.wait_for_function("() => { const s = document.querySelectorAll('input.score');"
+                           " return s.length === 4 && [...s].every(i => i.placeholder !== '');"
+                           " }")
     scores = dict(page.locator("input.score").evaluate_all(
         "inputs => inputs.map(i => [i.id, Number(i.placeholder)])"))
     assert scores == {g: auto for g, (auto, _, _) in course.per_cell_scores()["mallory"].items()}

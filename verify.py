@@ -800,12 +800,16 @@ _m("scalar_multiple", "any", "a constant factor off",
    "find where the result is multiplied or divided by a number and compare with the "
    "formula above", kind="factor")
 # Errors, recognised from the exception and the line that raised it.
+# What torch says when the shapes of a matrix product (or of nn.Linear's input) do not fit.
+_MATMUL_ERROR = (r"cannot be multiplied|size for first two dimensions|mat1 and mat2|"
+                 r"matmul: Input operand|Expected size for first")
+_FIX_EARLIER = "fix the earlier cell as its check says, run it again, then run this cell"
 _m("transposed_layer_input", "projections", "the layer's input was transposed",
    "nn.Linear acts on the last axis, which must be the 64 features: x is already "
    "[1, 6, 64] (batch, tokens, features), and x transposed to [1, 64, 6] puts the 6 "
    "tokens there",
    "pass x as it is: query = q_proj(x) (the transpose belongs to the key, in Cell 5)",
-   error=r"cannot be multiplied|mat1 and mat2",
+   error=_MATMUL_ERROR,
    line=r"_proj\(\s*x\s*\.\s*(transpose\(|mT\b|permute\(|swapaxes\()",
    example=("RuntimeError: mat1 and mat2 shapes cannot be multiplied (64x6 and 64x64)",
             "query = q_proj(x.transpose(-2, -1))"))
@@ -826,8 +830,7 @@ _m("values_before_weights", "attended_values", "the product is the wrong way rou
    "value @ attention_weights multiplies [1, 6, 64] by [1, 6, 6]: the shapes do not fit, "
    "because the weights come first (each row of weights mixes the rows of value)",
    "swap the operands: attended_values = attention_weights @ value",
-   error=r"cannot be multiplied|size for first two dimensions|mat1 and mat2|"
-         r"matmul: Input operand|Expected size for first",
+   error=_MATMUL_ERROR,
    line=r"\bvalue(\.\w+\(\))?\s*@\s*attention_weights\b|"
         r"(matmul|bmm)\(\s*value\s*,\s*attention_weights\b",
    example=("RuntimeError: Expected size for first two dimensions of batch2 tensor to be: "
@@ -836,8 +839,7 @@ _m("matmul_shapes", "any", "the shapes of a matrix product do not fit",
    "in A @ B the last axis of A must equal the second-to-last of B ([1, 6, 64] @ "
    "[1, 64, 6] works; [1, 6, 64] @ [1, 6, 64] does not)",
    "print the shapes of both operands and transpose the one that is lying down",
-   error=r"cannot be multiplied|size for first two dimensions|mat1 and mat2|"
-         r"matmul: Input operand|Expected size for first",
+   error=_MATMUL_ERROR,
    example=("RuntimeError: Expected size for first two dimensions of batch2 tensor to be: "
             "[6, 64] but got: [6, 1].", "attention_scores = query @ key.transpose(0, 1)"))
 _m("max_returns_tuple", "any", "torch.max(dim=...) returns values and indices",
@@ -873,13 +875,13 @@ _m("degenerate_upstream", "any", "built on degenerate tensors from an earlier ce
    "your code follows the formula, but a tensor it uses is degenerate (constant, such as "
    "weights that are all 1 from a softmax over dim=0): every formula gives the same "
    "result on it, so this step cannot earn its points on it",
-   "fix the earlier cell as its check says, run it again, then run this cell",
+   _FIX_EARLIER,
    kind="degenerate")
 _m("upstream_slip", "any", "a slip in an earlier cell stopped this one",
    "this cell's code raised on a tensor from an earlier cell that is of the wrong kind or "
    "dtype (a NumPy array, a tuple, float64); the slip was charged in the cell that made "
    "it, but this cell cannot be judged until it runs",
-   "fix the earlier cell as its check says, run it again, then run this cell",
+   _FIX_EARLIER,
    kind="upstream_slip")
 _m("returned_none", "any", "a function returned None",
    "every input of this cell is there, yet an operation got None: a function you call "

@@ -507,6 +507,8 @@ _m("feature_product", "attention_scores", "a product over tokens instead of feat
                           _swap(inp["query"]) @ inp["key"] / 8,
                           _swap(inp["key"]) @ inp["query"], _swap(inp["query"]) @ inp["key"]],
    shows="Kᵀ Q/√d_k, shape [1, 64, 64]")
+
+
 def _causal(inp):
     """Q Kᵀ/√d_k with a decoder's causal mask: each token keeps itself and those before."""
     scores = _raw(inp) / 8
@@ -1838,7 +1840,10 @@ def _judge_output(step, name, view, contexts, strict, inputs, cell):
         if cell.raised:
             f.mistake = _error_entry(cell.error, cell.line) or "cell_raised"
             f.seen = f"{cell.said()}, so `{name}` {holds}."
-            slip = _upstream_slip(cell, inputs)
+            # An error named as the cell's own mistake (torch.sqrt of an int, .T on 3-D ...)
+            # stays its own; a generic or dtype/shape error is put down to a slipped input.
+            slip = _upstream_slip(cell, inputs) if f.mistake in (
+                "cell_raised", "mixed_dtypes", "matmul_shapes") else ""
             if slip:
                 f.mistake, f.seen = "upstream_slip", f"{cell.said()}: {slip}."
             elif f.mistake == "used_before_computed" and inputs and all(

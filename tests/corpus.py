@@ -284,6 +284,10 @@ attempt("projections as NumPy arrays", expect={"projections": "not_a_tensor"},
         by_design={"attention_scores": "upstream_slip", "attention_weights": None,
                    "attended_values": None},
         cell4=projections(lambda layer: f"{layer}(x).detach().numpy()"))
+attempt("float64 projections, then torch.sqrt of an int",  # its own error, not the slip
+        expect={"projections": "wrong_dtype", "attention_scores": "sqrt_of_an_int"},
+        by_design=AFTER_5, cell4=projections(lambda layer: f"{layer}(x).double()"),
+        **scores("query @ key.transpose(-2, -1) / torch.sqrt(d_k)"))
 attempt("a causal mask from a decoder tutorial", expect={"attention_scores": "causal_mask"},
         cell5="attention_scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)\n"
               "mask = torch.triu(torch.ones(6, 6, dtype=torch.bool), diagonal=1)\n"

@@ -592,8 +592,8 @@ _m("shift_not_max", "softmax", "a shift by the row's minimum or mean, not its ma
             / _sum(np.exp(x - x.mean(axis=d, keepdims=True)), d)))
 _m("no_max_subtraction", "softmax", "softmax without max-subtraction",
    "exp of a large logit overflows to inf and inf/inf gives NaN",
-   "subtract each row's maximum before torch.exp (x.amax(dim=dim, keepdim=True)): the "
-   "result is unchanged mathematically and every exponent is then <= 0",
+   "subtract each row's maximum (x.amax(dim=dim, keepdim=True)) before torch.exp: "
+   "every exponent is then <= 0",
    fns=_fns(lambda x, d: np.exp(x) / _sum(np.exp(x), d)))
 _m("global_max_subtraction", "softmax", "the global maximum subtracted instead of each row's",
    "x - x.max() shifts every row by the largest entry of the whole tensor: a row far below "
@@ -890,6 +890,36 @@ _m("returned_none", "any", "a function returned None",
    "returns None (a def without `return`), or a name was set to None",
    "end your function with `return` and the result (for example return exps / sums), "
    "then run this cell again", kind="returned_none")
+_m("misspelled_name", "any", "the result is stored under another name",
+   "the check reads the lesson's name; a name spelled otherwise is a new variable, so "
+   "the lesson's name still holds None",
+   "assign the result to the lesson's name exactly", kind="misspelled")
+_m("undefined_name", "any", "the cell uses a name it does not define",
+   "each step cell is judged on its own: it sees the set-up (Cells 2-3) and the tensors "
+   "of the steps before it, not names made in other cells (or the name has a typo)",
+   "define that name in this cell, or use the set-up's x, q_proj, k_proj, v_proj, d_k",
+   error=r"NameError: name '\w+' is not defined",
+   example=("NameError: name 'scale' is not defined",
+            "attention_scores = query @ key.transpose(-2, -1) * scale"))
+_m("changes_input", "any", "the cell changes an input in place",
+   "an in-place operation (x /= ..., .mul_(), .data = ...) overwrote a tensor this cell "
+   "was given, so every later use of it sees other numbers",
+   "compute new tensors instead: scaled = raw / math.sqrt(d_k)", kind="mutated_input",
+   cost=HALF)
+_m("softmax_leaves_autograd", "softmax", "the softmax's output leaves autograd",
+   "the weights no longer depend on the scores in autograd (NumPy inside, torch.no_grad(), "
+   ".detach() or .data), so no gradient reaches the projections: a model could not learn",
+   "keep it in torch: torch.exp(x - x_max) / sums, without NumPy, no_grad or detach",
+   kind="left_autograd")
+_m("softmax_wrong_gradient", "softmax", "the weights' gradient is not the softmax's",
+   "the values are right, but autograd sees another function: part of the computation "
+   "is detached or pasted in from elsewhere",
+   "compute the weights from x with tensor operations only (amax, exp, sum, divide)",
+   kind="gradient")
+_m("custom_autograd", "softmax", "the softmax is a custom autograd Function",
+   "its forward can call anything, including a built-in softmax, and its backward is "
+   "written by hand: the task is to build the softmax from tensor operations",
+   "write it with torch.exp, amax and sum on x, as a plain function", kind="custom_function")
 _m("softmax_raises", "softmax", "the softmax raised an error",
    "calling your softmax on the input shown raised an exception",
    "call softmax on that input yourself and fix the line the error points to",
@@ -1068,10 +1098,30 @@ class Summary:
                 "results": [r.to_dict() for r in self.results]}
 
 
+#: A failing message's first line (the mistake and the next step) and its evidence.
+FIRST_LINE_CHARS, EVIDENCE_CHARS = 200, 600
+
+
 def _mistake_text(mistake_id, seen):
     m = MISTAKES[mistake_id]
-    return (f"Mistake: {m.title}.\nWhat we saw: {seen}\nLikely cause: {m.cause}.\n"
-            f"Next step: {m.next_step}.")
+    return _tidy(f"Mistake: {m.title}. Next step: {m.next_step}.\nWhat we saw: {seen}\n"
+                 f"Why: {m.cause}.")
+
+
+def _tidy(message):
+    """At most FIRST_LINE_CHARS in the first line (cut at a sentence end when it is longer;
+    the rest moves down), and EVIDENCE_CHARS after it."""
+    head, _, rest = str(message).partition("\n")
+    if len(head) > FIRST_LINE_CHARS:
+        cut = head.rfind(". ", 0, FIRST_LINE_CHARS)
+        cut = cut + 1 if cut > 0 else head.rfind(" ", 0, FIRST_LINE_CHARS - 1)
+        cut = cut if cut > 0 else FIRST_LINE_CHARS - 1
+        head, rest = head[:cut].rstrip(), (head[cut:].strip() + "\n" + rest).strip()
+        if len(head) > FIRST_LINE_CHARS:
+            head = head[:FIRST_LINE_CHARS - 1] + "…"
+    if len(rest) > EVIDENCE_CHARS:
+        rest = rest[:EVIDENCE_CHARS - 1].rstrip() + "…"
+    return head + ("\n" + rest if rest else "")
 
 
 # ================================================================== observe
@@ -1229,23 +1279,6 @@ def _func_label(func):
 BUILTIN_SOFTMAX = ("softmax", "log_softmax", "softmin", "_softmax", "_log_softmax")
 
 
-@lru_cache(maxsize=1)
-def _recorder_class(torch):
-    """A TorchFunctionMode that records the torch functions called inside it."""
-
-    class Recorder(torch.overrides.TorchFunctionMode):
-        def __init__(self):
-            super().__init__()
-            self.names = []
-
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            if len(self.names) < 256:
-                self.names.append(_func_label(func))
-            return func(*args, **(kwargs or {}))
-
-    return Recorder
-
-
 def _where_raised(exc, code=None):
     """The student's line that raised ``exc`` (the innermost frame in ``code``'s
     file when given, else the innermost frame outside torch and verify)."""
@@ -1297,33 +1330,54 @@ def _probe_all(fn, torch, code, calls, budget, out):
 
     for i, probe in enumerate(_probes()):
         key = f"softmax.p{i}."
-        x = torch.from_numpy(probe.x.copy())
-        before = x.clone()
-        rec = _recorder_class(torch)()
+        # Like the lesson's scores: float32, requiring grad, made by a division. Nothing is
+        # recorded while it runs: what it called is read off its output's graph afterwards.
+        x = torch.from_numpy(probe.x.copy()).requires_grad_() / 1.0
+        before = x.detach().clone()
         result, error, line = _MISSING, "", ""
         sink = io.StringIO()
         try:
             with warnings.catch_warnings(), contextlib.redirect_stdout(sink), \
                     contextlib.redirect_stderr(sink):
                 warnings.simplefilter("ignore")
-                with rec:
-                    result = fn(x, dim=probe.dim)
+                result = fn(x, dim=probe.dim)
         except BaseException as exc:  # noqa: BLE001
             if isinstance(exc, KeyboardInterrupt):
                 raise
             error, line = _error_text(exc), _where_raised(exc, code)
         try:
             mutated = not (x.shape == before.shape and x.dtype == before.dtype
-                           and bool(torch.equal(x, before)))
+                           and bool(torch.equal(x.detach(), before)))
         except Exception:  # noqa: BLE001
             mutated = True
         if error:  # (absent: it returned; a missing "mutated" is False)
             out[key + "raised"] = _str_list([error, line])
         if mutated:
             out[key + "mutated"] = np.array(True)
-        calls.update(rec.names)
+        calls.update(_graph_calls(result, torch))
         if not error:
             _observe_object(key + "out", result, budget, out)
+
+
+def _graph_calls(result, torch, limit=256):
+    """Labels of the built-in softmaxes in ``result``'s autograd graph."""
+    found = set()
+    try:
+        if type(result) is not torch.Tensor or result.grad_fn is None:
+            return found
+        seen, stack = set(), [result.grad_fn]
+        while stack and len(seen) < limit:
+            node = stack.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            label = _NODE_LABELS.get(type(node).__name__)
+            if label:
+                found.add(label)
+            stack.extend(n for n, _ in (node.next_functions or ()))
+    except Exception:  # noqa: BLE001  (a student's object)
+        pass
+    return found
 
 
 def _observe_cell(grade_id, out):
@@ -1523,6 +1577,12 @@ class _View:
         self.layout = info["layout"] or "strided"
         self.requires_grad = info["requires_grad"] == "True"
         self.made_by = reader.strings(key + ".made_by")
+        # From a replay: gradients of sum(out * G) by input name, and its autograd nodes.
+        head = f"replay.grad.{name}."
+        self.grads = {k[len(head):]: a for k in list(reader.data)[:512]
+                      if isinstance(k, str) and k.startswith(head)
+                      for a in [reader.array(k)] if a is not None}
+        self.graph = reader.strings(f"replay.graph.{name}")
         values = reader.array(key + ".values") if self.kind in ("tensor", "ndarray") else None
         self.raw = values
         shape = reader.shape(key + ".shape")
@@ -1561,11 +1621,17 @@ class _Cell:
     raised: bool
     error: str
     line: str
+    replayed: bool = False  # the data comes from a replay of the cell's own code
+    misspelled: tuple = ()  # (the name the cell assigned, the lesson's name)
+    mutated: tuple = ()  # inputs the cell changed in place
 
     @classmethod
     def read(cls, r, grade_id):
         error, line = (r.strings("cell.raised") + ["", ""])[:2]
-        return cls(CELL_NUMBER.get(grade_id, 0), r.flag("cell.ran"), bool(error), error, line)
+        spelled = r.strings("replay.misspelled")
+        return cls(CELL_NUMBER.get(grade_id, 0), r.flag("cell.ran"), bool(error), error, line,
+                   r.flag("cell.replayed"), tuple(spelled) if len(spelled) == 2 else (),
+                   tuple(r.strings("replay.mutated")))
 
     def said(self):
         at = f" at `{_short(self.line, LIMITS['line'])}`" if self.line else ""
@@ -1849,10 +1915,15 @@ def _judge_output(step, name, view, contexts, strict, inputs, cell):
             elif f.mistake == "used_before_computed" and inputs and all(
                     v.kind in ("tensor", "ndarray") for v in inputs):
                 f.mistake = "returned_none"
+        elif cell.misspelled and cell.misspelled[1] == name:
+            f.mistake = "misspelled_name"
+            f.seen = (f"your Cell {cell.number} assigns `{cell.misspelled[0]}`, so `{name}` "
+                      f"{holds}.")
         else:
             f.mistake = "not_computed"
             f.seen = (f"`{name}` {holds}: it has not been computed yet; run your Cell "
-                      f"{MADE_IN[name]} code first.")
+                      f"{MADE_IN[name]} code first." if not cell.replayed else
+                      f"your Cell {cell.number} runs without error but never assigns `{name}`.")
         return f
     if view.kind not in ("tensor", "ndarray"):
         f.mistake = "bad_type"
@@ -1925,13 +1996,38 @@ def _right(f, step, name, view, arr, exact, lost, tol, inputs, strict):
         err = float(np.abs(arr - exact).max())
         _strict(f, strict, "imprecise", f"`{name}` differs from the exact result by up to "
                 f"{_fmt(err)}.")
-    if step == "projections" and view.kind == "tensor":
+    if step == "projections" and view.kind == "tensor" and view.grads:
+        wrong = _provenance(name, view.grads)
+        if wrong:
+            _strict(f, strict, "detached_projection", f"`{name}` has the right values but "
+                    f"its gradient with respect to {wrong} is not the one "
+                    f"{name[0]}_proj(x) has: it does not come from that layer as the formula "
+                    "does.")
+    elif step == "projections" and view.kind == "tensor":
         layer = f"{name[0]}_proj.weight"
         if layer not in view.made_by:
             how = ("it does not require grad" if not view.requires_grad else
                    f"its autograd graph holds {', '.join(view.made_by) or 'no parameters'}")
             _strict(f, strict, "detached_projection", f"`{name}` has the right values but "
                     f"{how}: it is not connected to {name[0]}_proj's weight.")
+
+
+def _provenance(name, grads):
+    """The first parameter whose gradient (see src/replay.py) differs from q_proj(x)'s, or
+    "" when all agree: query = q_proj(x) has d/dW = Gᵀx, d/db = ΣG, and 0 for the rest."""
+    from src.replay import output_gradient
+
+    x = _shipped()["x"].astype(np.float64).reshape(-1, D_K)  # [B*L, d_model]
+    g = output_gradient(SHAPES[name]).astype(np.float64).reshape(-1, D_K)  # [B*L, d_k]
+    for layer in ("q_proj", "k_proj", "v_proj"):
+        mine = layer[0] == name[0]
+        for part, want in (("weight", g.T @ x), ("bias", g.sum(0))):
+            got = grads.get(f"{layer}.{part}")
+            want = want if mine else np.zeros_like(want)
+            if got is None or got.shape != want.shape or not _close(got, want, dict(
+                    rtol=1e-3, atol=1e-4)):
+                return f"{layer}.{part}"
+    return ""
 
 
 def _strict(f, strict, mistake_id, seen):
@@ -1952,6 +2048,15 @@ def _result(step, findings, ok_message, notes, cell, seen):
     points, notes = POINTS[step], list(notes)
     failures = [(n, f) for n, f in findings if f.failed]
     charged, pending = _merged(findings, "costs"), _merged(findings, "pending")
+    if cell.replayed and cell.mutated and step != "softmax" and not failures:
+        changed = _listing(cell.mutated)
+        charged.setdefault("changes_input", f"after your Cell {cell.number} ran, {changed} "
+                           "held other numbers than before.")
+    if cell.replayed and cell.raised and not failures:  # only code that runs to the end
+        failures = [("", _Finding(
+            _error_entry(cell.error, cell.line) or "cell_raised",
+            f"{cell.said()}. The names it had assigned by then are right, but a step earns "
+            "its points only when its cell runs to the end."))]
     if failures:
         main = failures[0][1]
         for name, f in failures[1:]:
@@ -1980,6 +2085,8 @@ def _result(step, findings, ok_message, notes, cell, seen):
     if cell.raised and cell.error not in mentioned:
         notes.append(f"Note that {cell.said()} when it last ran; this check used what the "
                      "names hold now.")
+    if cell.replayed and cell.raised:
+        cost = 1.0
     score = round(points * max(0.0, 1.0 - cost), 6)
     passed = not failures and not charged
     return CheckResult(step, passed, score, points, message, mistake, notes, shortfalls,
@@ -2150,13 +2257,26 @@ def _softmax_verdict(r, strict, cell):
     n = len(probes)
     raised = [(r.strings(f"softmax.p{i}.raised") + ["", ""])[:2] for i in range(n)]
     errors, lines = [e for e, _ in raised], [line for _, line in raised]
-    calls = r.strings("softmax.calls")
-    builtin = [c for c in calls if c.split(".")[-1] in BUILTIN_SOFTMAX]
+    # What ran, read off the autograd graphs of its outputs (the probes', and the weights'
+    # in the replay): a node of a built-in softmax, or a Function written by hand.
+    calls = r.strings("softmax.calls") + [
+        _NODE_LABELS[n] for n in r.strings("replay.graph.attention_weights")
+        if n in _NODE_LABELS]
+    builtin = list(dict.fromkeys(c for c in calls if c.split(".")[-1] in BUILTIN_SOFTMAX))
     if builtin:
         return "uses_builtin_softmax", f"your softmax calls {', '.join(builtin)}."
+    if r.flag("replay.python_node"):
+        return ("custom_autograd", "the weights' autograd graph holds a Function of your "
+                "own (a class with forward and backward).")
     mutated = [i for i in range(n) if r.flag(f"softmax.p{i}.mutated")]
     if mutated:
         return "mutates_input", f"calling softmax on {probes[mutated[0]].shown} changed that x."
+    if "attention_scores" in cell.mutated:
+        return "mutates_input", "after your Cell 6 ran, `attention_scores` held other numbers."
+    weights = r.tensor("attention_weights")
+    if cell.replayed and weights.kind == "tensor" and not weights.requires_grad:
+        return ("softmax_leaves_autograd", "on the lesson's scores (which require grad) your "
+                "Cell 6 made weights that do not require grad.")
     outs = []
     for i, p in enumerate(probes):
         if errors[i]:
@@ -2182,7 +2302,7 @@ def _softmax_verdict(r, strict, cell):
     wrong = [i for i, (p, out) in enumerate(zip(probes, outs))
              if out is None or not _close(out, p.expected)]
     if not wrong:  # (no precision item: float32 rounds logits of 1e4 to 1e-3)
-        return _Finding()
+        return _gradient_verdict(weights) or _Finding()
     explained = _explanations(outs)
     i = wrong[0]
     for mid, (every, _) in explained.items():
@@ -2213,6 +2333,28 @@ def _softmax_verdict(r, strict, cell):
                      "of the common mistakes: exponentiate the shifted input, then divide by "
                      "the sums along dim.")
     return found
+
+
+#: Autograd nodes that only a built-in softmax leaves (torch.softmax, F.softmax,
+#: Tensor.softmax, softmin, torch.special.softmax, torch.ops.aten._softmax ...).
+_NODE_LABELS = {"SoftmaxBackward0": "torch.softmax", "LogSoftmaxBackward0": "torch.log_softmax"}
+
+
+def _gradient_verdict(weights):
+    """("softmax_wrong_gradient", seen) when the replay's weights are right but their
+    gradient with respect to the scores is not the softmax's; else None."""
+    from src.replay import output_gradient
+
+    got = weights.grads.get("attention_scores")
+    w = _reference()["attention_weights"]
+    if got is None or weights.real is None or not _close(weights.real, w):
+        return None
+    g = output_gradient(w.shape).astype(np.float64)
+    want = w * (g - (w * g).sum(-1, keepdims=True))  # the softmax's vector-Jacobian product
+    if got.shape == want.shape and _close(got, want, dict(rtol=1e-3, atol=1e-5)):
+        return None
+    return ("softmax_wrong_gradient", "on the lesson's scores the weights are right, but "
+            "their gradient with respect to the scores is not the softmax's.")
 
 
 # ------------------------------------------------------------- judge: entry

@@ -340,9 +340,14 @@ def _run_workers(students, jobs, init_args, deadline, on_done):
     import tempfile
     from multiprocessing.connection import wait
 
-    from src import sandbox  # noqa: F401  (its uid lock directory is fixed before the fork)
+    from src import (
+        grading,
+        sandbox,  # noqa: F401  (its uid lock directory is fixed before the fork)
+    )
 
     ctx = multiprocessing.get_context("fork")  # inherits the imported nbgrader (~5 s)
+    # One replay fork server for the whole run (torch imported once): workers inherit it.
+    grading.replay_server(ASSIGNMENT)
     pending, running, scratch = list(students), {}, {}
     while pending or running:
         while pending and len(running) < jobs:
@@ -447,7 +452,10 @@ def grade(jobs: int = 0, timeout: int | None = None, memory_gb: float | None = N
     # nbgrader's own work (copying, the gradebook) on top of the notebook's budget.
     deadline = budget + per_cell + 120
     if todo:
-        _run_workers(todo, jobs, (timeout, memory_gb), deadline, done)
+        try:
+            _run_workers(todo, jobs, (timeout, memory_gb), deadline, done)
+        finally:
+            grading.close_replay_servers()
     report.seconds = time.perf_counter() - t0
     if tree_digest(base) != before:
         raise CourseError("submitted/ changed while grading; this must never happen")

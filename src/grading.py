@@ -209,14 +209,7 @@ class SandboxedExecute(Execute):
                          export_kb=self.export_kb)
 
     def _shipped(self, resources) -> dict:
-        """verify.py, src/, data/ as released: course/source/<assignment>/ (else the repo)."""
-        from src.course import SHIPPED, course_dir
-
-        assignment = resources.get("nbgrader", {}).get("assignment", "")
-        base = course_dir() / "source" / assignment
-        if not all((base / n).exists() for n in SHIPPED):
-            base = ROOT
-        return {n: base / n for n in SHIPPED}
+        return shipped_files(resources.get("nbgrader", {}).get("assignment", ""))
 
     def preprocess(self, nb, resources=None, km=None):
         if self.unsafe:
@@ -409,8 +402,103 @@ def judge_isolated(verify, grade_id, data, seconds=JUDGE_SECONDS, memory=JUDGE_M
     return tuple(out)
 
 
+# ------------------------------------------------------------------ replay
+_REPLAY: dict = {}  # (assignment, sandboxed) -> the replay server of this process
+
+
+def setup_sources(assignment: str = "") -> list[str]:
+    """The release's set-up cells (src.replay.SETUP_CELLS), from the instructor's source
+    notebook (course/source/<assignment>/lesson.ipynb, else complete_lesson.ipynb):
+    never from a submission."""
+    import nbformat
+
+    from src.course import course_dir
+    from src.replay import SETUP_CELLS
+
+    for path in (course_dir() / "source" / assignment / "lesson.ipynb",
+                 ROOT / "complete_lesson.ipynb"):
+        if assignment == "" and "source" in path.parts:
+            continue
+        if path.is_file():
+            nb = nbformat.read(path, as_version=4)
+            found = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source
+                     for c in nb.cells}
+            if all(g in found for g in SETUP_CELLS):
+                return [found[g] for g in SETUP_CELLS]
+    raise GradingError(f"no set-up cells {', '.join(SETUP_CELLS)} in the course's source")
+
+
+def shipped_files(assignment: str = "") -> dict:
+    """verify.py, src/, data/ as released: course/source/<assignment>/ (else the repo)."""
+    from src.course import SHIPPED, course_dir
+
+    base = course_dir() / "source" / assignment
+    if not assignment or not all((base / n).exists() for n in SHIPPED):
+        base = ROOT
+    return {n: base / n for n in SHIPPED}
+
+
+def replay_server(assignment: str = "", unsafe: bool | None = None, fresh: bool = False):
+    """This process's replay fork server for ``assignment`` (started on first use; a
+    forked grading worker inherits its parent's)."""
+    from src.replay import ReplayServer
+
+    unsafe = unsafe_requested() if unsafe is None else unsafe
+    key = (assignment, not unsafe)
+    server = _REPLAY.get(key)
+    if server is not None and (fresh or not server.alive()):
+        server.close() if server.owner == os.getpid() else None
+        server = None
+    if server is None:
+        if not unsafe:
+            reason = sb.unavailable_reason()
+            if reason:
+                raise GradingError(f"cannot sandbox the replay: {reason}")
+        server = ReplayServer(setup_sources(assignment), shipped_files(assignment),
+                              sandboxed=not unsafe)
+        server.owner = os.getpid()
+        _REPLAY[key] = server
+    return server
+
+
+def close_replay_servers():
+    """Stop the replay servers this process started."""
+    for key, server in list(_REPLAY.items()):
+        if server.owner == os.getpid():
+            server.close()
+        del _REPLAY[key]
+
+
+def replay_notebook(nb, assignment: str = "", unsafe: bool | None = None) -> dict:
+    """{step cell grade_id: the replay's data, or why there is none} for a notebook:
+    each step cell's own source, run on the release's set-up and reference inputs."""
+    import fcntl
+
+    from src.replay import STEPS
+
+    sources = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source
+               for c in nb.cells if c.cell_type == "code"}
+    steps = {s: sources[s] for s in STEPS if isinstance(sources.get(s), str)}
+    out = {s: f"the notebook has no cell with grade_id {s}" for s in STEPS if s not in steps}
+    for attempt in (0, 1):
+        server = replay_server(assignment, unsafe, fresh=attempt == 1)
+        # Workers forked from one parent share its server: one submission at a time.
+        fd = os.open(server.box.root / "lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            out.update(server.replay(steps))
+            return out
+        except RuntimeError as exc:
+            if attempt:
+                raise GradingError(f"the replay failed twice ({exc})") from None
+        finally:
+            os.close(fd)
+    return out
+
+
 class TrustedScores(NbGraderPreprocessor):
-    """Each test cell's score from the exported data, judged in the instructor's process."""
+    """Each test cell's score from a trusted replay of its step cell's own code (see
+    src/replay.py), judged in the instructor's process."""
 
     def preprocess(self, nb, resources):
         state = resources.get(_KEY)
@@ -418,13 +506,15 @@ class TrustedScores(NbGraderPreprocessor):
             raise GradingError("TrustedScores needs SandboxedExecute before it in "
                                "Autograde.autograde_preprocessors")
         verify = _verify()
+        assignment = resources.get("nbgrader", {}).get("assignment", "")
+        replayed = replay_notebook(nb, assignment)
         cells, rows = verify.GRADE_CELLS, []
         for cell in nb.cells:
             md = cell.metadata.get("nbgrader", {})
             gid = md.get("grade_id")
             if not (cell.cell_type == "code" and md.get("grade") and gid in cells):
                 continue
-            data = state["exports"].get(gid)
+            data = replayed.get(verify.STEP_CELLS.get(gid), "no step cell")
             if isinstance(data, dict):
                 try:
                     score, max_score, text, markdown = judge_isolated(verify, gid, data)
@@ -432,7 +522,7 @@ class TrustedScores(NbGraderPreprocessor):
                     data = str(exc)
             if not isinstance(data, dict):
                 score, max_score = 0.0, float(sum(cells[gid].values()))
-                why = data or f"not run ({state['stopped'] or 'no data'})"
+                why = data or "no data"
                 text = f"[FAIL] {gid}: 0/{max_score:g} points\n  Not graded: {why}."
                 markdown = f"✘ **{gid}: 0/{max_score:g} points**\n\nNot graded: {why}."
             shown = state["shown"].get(gid)

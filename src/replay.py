@@ -1,0 +1,630 @@
+"""The trusted replay: each step cell's own code, run again on inputs the grader chooses.
+
+A step is judged by what its own cell's code computes, never by what a
+namespace holds when its test cell runs. For each step cell (found by its
+nbgrader grade_id) the replay:
+
+1. builds a fresh namespace: the set-up names of the release's Cells 2–3
+   (copies, so nothing a run does reaches the next), the *reference* tensors
+   of the steps before (``query = q_proj(x)`` ... computed here, with their
+   autograd graphs, exactly as the lesson makes them), and ``None`` for the
+   names of this step and the later ones (as Cell 2 leaves them);
+2. runs the cell's source there (output captured, nothing displayed);
+3. reads off, as data only, what the code did: what it assigned (or the
+   error it raised, and on which line), the tensors it made, its softmax's
+   outputs on probe inputs, whether it changed its inputs in place, and what
+   its outputs depend on (the autograd graph and gradients with respect to
+   the layers' parameters or to its input), gathered with functions captured
+   before any student code ran.
+
+So only the step cell's own code can earn its step (earlier, added or
+hidden cells, hooks and patched modules never run in the replay), and an
+earlier slip never costs twice (each cell meets correct inputs). The data
+goes to :func:`verify.judge`, which is pure.
+
+Grading runs the replay in a *fork server* inside the bubblewrap sandbox
+(:class:`ReplayServer`): one process imports torch and runs the set-up once,
+then forks a child per cell run, killed at its deadline. The student's own
+kernel (the live check cells) runs the same :func:`replay_step` in-process on
+the source the kernel holds in its input history (:func:`source_in_history`).
+
+Shape legend: B = 1 batch, L = S = 6 tokens, d_k = d_model = 64; query, key,
+value, attended_values [B, L, d_k]; attention_scores, attention_weights
+[B, L, S].
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import contextlib
+import copy
+import difflib
+import io
+import json
+import math
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+import types
+import warnings
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The release's set-up cells, run once before any step.
+SETUP_CELLS = ("cell2_setup", "cell3_data")
+#: Step cell grade_id -> (its test cell's grade_id, the names it must assign).
+STEPS = {
+    "cell4_projections": ("cell4_projections_test", ("query", "key", "value")),
+    "cell5_scores": ("cell5_scores_test", ("attention_scores",)),
+    "cell6_softmax": ("cell6_softmax_test", ("softmax", "attention_weights")),
+    "cell7_values": ("cell7_values_test", ("attended_values",)),
+}
+STEP_OF_TEST = {test: step for step, (test, _) in STEPS.items()}
+#: Every name a step makes, in lesson order.
+OFFICIAL = tuple(n for _, names in STEPS.values() for n in names)
+#: What each step reads: its inputs (checked for in-place changes, the roots of its
+#: gradients). Cell 4's inputs are x and the layers' parameters.
+INPUTS = {"cell4_projections": ("x",), "cell5_scores": ("query", "key"),
+          "cell6_softmax": ("attention_scores",),
+          "cell7_values": ("attention_weights", "value")}
+#: The names the release's set-up cells bind; a test compares them with the notebook.
+SETUP_NAMES = (
+    "math", "matplotlib", "np", "torch", "display", "PROMPT_EXAMPLE", "load_example",
+    "AttentionExplorer", "attention_table", "plot_scaling_effect", "show_attention",
+    "show_figure", "Summary", "compare_with_torch_softmax", "example", "tokens", "x",
+    "q_proj", "k_proj", "v_proj", "d_k")
+#: Limits of one replay: seconds per cell run, per student, bytes of a run's data.
+RUN_SECONDS = 5.0
+STUDENT_SECONDS = 30.0
+DATA_BYTES = 4 * 2**20
+#: Fixed output gradients for the dependence checks (the judge recomputes them).
+GRAD_SEED = 20261123
+
+
+def output_gradient(shape) -> np.ndarray:
+    """The fixed upstream gradient (float32) the replay backpropagates for ``shape``."""
+    return np.random.default_rng(GRAD_SEED).standard_normal(shape).astype(np.float32)
+
+
+# ------------------------------------------------------------- reference
+def reference_softmax(x, dim: int = -1):
+    """A stable softmax written with torch ops (the lesson's reference; all -inf -> 0).
+
+    x: any shape, e.g. [B, L, S]; returns the same shape.
+    """
+    import torch
+
+    x_max = x.amax(dim=dim, keepdim=True)
+    x_max = torch.where(torch.isneginf(x_max), torch.zeros_like(x_max), x_max)
+    exps = torch.exp(x - x_max)
+    totals = exps.sum(dim=dim, keepdim=True)
+    return exps / torch.where(totals == 0, torch.ones_like(totals), totals)
+
+
+def reference_names(ns: dict) -> dict:
+    """The lesson's tensors, made from ``ns``'s own x and layers as the lesson makes them
+    (so they carry the same autograd graph): query, key, value [B, L, d_k] ->
+    attention_scores, attention_weights [B, L, S] -> attended_values [B, L, d_k]."""
+    query, key, value = ns["q_proj"](ns["x"]), ns["k_proj"](ns["x"]), ns["v_proj"](ns["x"])
+    raw = query @ key.transpose(-2, -1)
+    scores = raw / math.sqrt(ns["d_k"])
+    weights = reference_softmax(scores, dim=-1)
+    return {"query": query, "key": key, "value": value, "attention_scores": scores,
+            "softmax": reference_softmax, "attention_weights": weights,
+            "attended_values": weights @ value}
+
+
+def setup_namespace(sources) -> dict:
+    """Run the set-up cells' sources (trusted: the release's) in a fresh namespace."""
+    ns = {"__name__": "__main__", "__builtins__": __builtins__}
+    with _quiet():
+        for src in sources:
+            exec(compile(src, "<set-up>", "exec"), ns)  # noqa: S102  (the release's own code)
+    return ns
+
+
+def _shared(obj) -> bool:
+    """Objects a run may share with the set-up (code, not data)."""
+    return isinstance(obj, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
+                            type, types.MethodType)) or callable(obj) and not hasattr(
+        obj, "__dict__") or obj is __builtins__
+
+
+def fresh_namespace(setup: dict, step: str) -> tuple[dict, dict]:
+    """(namespace for ``step``'s run, {input name: the object injected}).
+
+    Set-up data (tensors, layers, the example) is deep-copied with aliasing kept
+    (``example.x is x``); modules and functions are shared. Earlier steps' names
+    hold the reference; this step's and later ones hold None.
+    """
+    import torch
+
+    memo = {id(v): v for v in setup.values() if _shared(v) and not isinstance(
+        v, torch.nn.Module)}
+    data = {k: v for k, v in setup.items() if k != "__builtins__"}
+    ns = copy.deepcopy(data, memo)
+    ns["__builtins__"] = setup.get("__builtins__", __builtins__)
+    ref = reference_names(ns)
+    later = False
+    for s, (_, names) in STEPS.items():
+        later = later or s == step
+        for n in names:
+            ns[n] = None if later else ref[n]
+    inputs = {n: ns[n] for n in INPUTS[step]}
+    if step == "cell4_projections":
+        for layer in ("q_proj", "k_proj", "v_proj"):
+            for part in ("weight", "bias"):
+                inputs[f"{layer}.{part}"] = getattr(ns[layer], part)
+    return ns, inputs
+
+
+# ------------------------------------------------------------------ running
+@contextlib.contextmanager
+def _quiet(sink=None):
+    sink = sink if sink is not None else io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sink), \
+            contextlib.redirect_stderr(sink):
+        warnings.simplefilter("ignore")
+        yield sink
+
+
+def _compile(source: str, filename: str):
+    try:
+        return compile(source, filename, "exec")
+    except SyntaxError:
+        try:  # IPython syntax (%magics, !shell) becomes get_ipython() calls
+            from IPython.core.inputtransformer2 import TransformerManager
+
+            return compile(TransformerManager().transform_cell(source), filename, "exec")
+        except Exception:  # noqa: BLE001  (report the original error)
+            pass
+        raise
+
+
+def _line_of(exc, filename, source):
+    """(line number, text) of the cell's line that raised ``exc``."""
+    import traceback
+
+    if isinstance(exc, SyntaxError):
+        return exc.lineno or 0, (exc.text or "").strip()
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
+    if not frames:
+        return 0, ""
+    lineno = frames[-1].lineno or 0
+    lines = source.splitlines()
+    return lineno, (lines[lineno - 1].strip() if 0 < lineno <= len(lines) else "")
+
+
+class _Captured:
+    """torch and Python functions captured before a student's code runs: the code may
+    rebind module attributes, but not these references."""
+
+    def __init__(self):
+        import torch
+
+        self.torch = torch
+        self.tensor_type = torch.Tensor
+        self.is_tensor = torch.is_tensor
+        self.engine = torch.autograd.Variable._execution_engine
+        self.run_backward = type(self.engine).run_backward
+        self.python_node = torch.autograd.function.BackwardCFunction
+        self.equal = torch.equal
+        self.from_numpy = torch.from_numpy
+        self.zeros_like = torch.zeros_like
+        self.isinstance, self.type, self.len = isinstance, type, len
+        self.settrace, self.setprofile = sys.settrace, sys.setprofile
+
+    def clean(self):
+        """Undo what code could have left active: torch function modes, trace hooks."""
+        torch = self.torch
+        self.settrace(None)
+        self.setprofile(None)
+        with contextlib.suppress(Exception):
+            while torch._C._len_torch_function_stack() > 0:
+                torch._C._pop_torch_function_stack()
+        with contextlib.suppress(Exception):
+            while torch._C._len_torch_dispatch_stack() > 0:
+                torch._C._pop_torch_dispatch_stack()
+
+    def plain(self, t) -> bool:
+        return self.type(t) is self.tensor_type
+
+    def graph(self, t, limit=512):
+        """(node class names, has a custom Python Function node) of ``t``'s graph."""
+        names, python, seen, stack = set(), False, set(), [t.grad_fn]
+        while stack and len(seen) < limit:
+            node = stack.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            names.add(self.type(node).__name__)
+            python = python or self.isinstance(node, self.python_node)
+            stack.extend(n for n, _ in (node.next_functions or ()))
+        return sorted(names), python
+
+    def vjp(self, out, inputs):
+        """Gradients of sum(out * G) with respect to ``inputs`` (float32 arrays; zeros
+        where out does not depend on one), G = :func:`output_gradient`."""
+        grad = self.from_numpy(output_gradient(tuple(out.shape)))
+        got = self.run_backward(self.engine, (out,), (grad.to(out.dtype),), False, False,
+                                tuple(inputs), True, False)
+        return [np.zeros(tuple(i.shape), np.float32) if g is None
+                else g.detach().float().numpy().copy() for g, i in zip(got, inputs)]
+
+
+def _assigned_names(source: str) -> list[str]:
+    """Top-level names a cell's code binds (for spotting a misspelled name)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.append(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+    return list(dict.fromkeys(names))
+
+
+def replay_step(step: str, source: str, setup: dict) -> dict:
+    """Run ``step``'s cell source on the reference inputs; return the judge's data.
+
+    The data is :func:`verify.observe`'s for the step's test cell, plus ``cell.*``
+    (the cell ran; what it raised, on which line) and ``replay.*`` facts:
+    ``replay.mutated`` (inputs changed in place), ``replay.misspelled``
+    ([assigned name, expected name]), ``replay.grad.<out>.<input>`` (gradients
+    of the output with respect to each input, see :func:`output_gradient`),
+    ``replay.graph.<out>`` (autograd node names) and ``replay.python_node``.
+    Never raises for anything the cell does.
+    """
+    import torch
+
+    import verify
+
+    cap = _Captured()
+    test_id, names = STEPS[step]
+    filename = f"<{step}>"
+    ns, inputs = fresh_namespace(setup, step)
+    before = {n: t.detach().clone() for n, t in inputs.items() if cap.is_tensor(t)}
+    error, sink = None, io.StringIO()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: threads only add wake-ups
+    try:
+        code = _compile(source, filename)
+        with _quiet(sink):
+            exec(code, ns)  # noqa: S102  (the student's cell, in its own namespace)
+    except BaseException as exc:  # noqa: BLE001  (everything the cell raises is data)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        error = exc
+    finally:
+        cap.clean()
+        torch.set_num_threads(threads)
+    data = {"cell.ran": np.array(True), "cell.replayed": np.array(True)}
+    if error is not None:
+        lineno, line = _line_of(error, filename, source)
+        data["cell.raised"] = verify._str_list([verify._error_text(error), line])
+        data["cell.lineno"] = np.array(lineno)
+    data.update(_facts(cap, step, ns, inputs, before, source))
+    data.update(verify.observe(test_id, _Official(ns)))
+    return data
+
+
+class _Official(dict):
+    """The namespace as the observer may see it: the official names only."""
+
+    def __init__(self, ns):
+        super().__init__({n: ns.get(n) for n in OFFICIAL})
+
+
+def _facts(cap, step, ns, inputs, before, source) -> dict:
+    out = {}
+    try:
+        mutated = [n for n, old in before.items()
+                   if not (tuple(inputs[n].shape) == tuple(old.shape)
+                           and bool(cap.equal(inputs[n].detach(), old)))]
+        if mutated:
+            out["replay.mutated"] = np.array(mutated, dtype=str)
+        _, names = STEPS[step]
+        missing = [n for n in names if ns.get(n) is None]
+        bound = [a for a in _assigned_names(source) if a not in OFFICIAL]
+        for n in missing:
+            close = difflib.get_close_matches(n, bound, n=1, cutoff=0.75)
+            if close:
+                out["replay.misspelled"] = np.array([close[0], n], dtype=str)
+                break
+        roots = [(n, t) for n, t in inputs.items() if cap.is_tensor(t) and t.requires_grad]
+        for n in names:
+            t = ns.get(n)
+            if not (cap.plain(t) and t.requires_grad and t.is_floating_point()
+                    and t.numel() <= 2**16):
+                continue
+            nodes, python = cap.graph(t)
+            out[f"replay.graph.{n}"] = np.array(nodes[:64], dtype=str)
+            if python:
+                out["replay.python_node"] = np.array(True)
+            grads = cap.vjp(t, [r for _, r in roots])
+            for (rn, _), g in zip(roots, grads):
+                out[f"replay.grad.{n}.{rn}"] = g
+    except Exception as exc:  # noqa: BLE001  (a student's object may break any call)
+        out["replay.error"] = np.array(f"{type(exc).__name__}: {str(exc)[:120]}")
+    return out
+
+
+# ---------------------------------------------------------- the live check
+def source_in_history(step: str, history) -> str | None:
+    """The latest input in ``history`` (IPython's ``In``) that binds one of ``step``'s
+    names at the top level: the code that made what the namespace holds now."""
+    _, names = STEPS[step]
+    for src in reversed(list(history)[-200:]):
+        if not isinstance(src, str) or "check_" in src:
+            continue
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            try:
+                from IPython.core.inputtransformer2 import TransformerManager
+
+                tree = ast.parse(TransformerManager().transform_cell(src))
+            except Exception:  # noqa: BLE001
+                continue
+        for node in tree.body:
+            targets = []
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            elif isinstance(node, (ast.FunctionDef, ast.For, ast.With, ast.If, ast.Try)):
+                targets = [n for n in ast.walk(node)
+                           if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+                if isinstance(node, ast.FunctionDef):
+                    targets.append(ast.Name(id=node.name))
+            found = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            if found & set(names) - ({"softmax"} if step == "cell6_softmax" else set()):
+                return src
+    return None
+
+
+def live_setup(user_ns) -> dict | None:
+    """The set-up names from a kernel's namespace, or None if the set-up has not run."""
+    if not all(n in user_ns for n in SETUP_NAMES):
+        return None
+    return {**{n: user_ns[n] for n in SETUP_NAMES}, "__builtins__": __builtins__}
+
+
+# --------------------------------------------------------------- data wire
+def pack(data: dict) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **data)
+    return buf.getvalue()
+
+
+def unpack(raw: bytes, cap: int = DATA_BYTES) -> dict:
+    """Arrays from ``pack``'s bytes, as data only (no pickle; size- and count-capped).
+    Raises ValueError with the reason."""
+    if len(raw) > cap:
+        raise ValueError(f"the replay's data is {len(raw)} bytes, over the cap of {cap}")
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as zf:
+            infos = zf.infolist()
+            if len(infos) > 512 or sum(i.file_size for i in infos) > cap:
+                raise ValueError("the replay's data holds too many or too large arrays")
+        with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001  (anything malformed)
+        raise ValueError(f"the replay's data is not valid ({type(exc).__name__})") from None
+
+
+def _send(fd, obj):
+    payload = json.dumps(obj).encode()
+    payload = struct.pack("<I", len(payload)) + payload
+    while payload:
+        payload = payload[os.write(fd, payload):]
+
+
+def _recv(fd, deadline=None, cap=64 * 2**20):
+    """One length-prefixed JSON message from ``fd``; None at EOF or past ``deadline``."""
+    def read(n):
+        buf = b""
+        while len(buf) < n:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    return None
+            chunk = os.read(fd, n - len(buf))
+            if not chunk:
+                return None
+            buf += chunk
+        return buf
+
+    head = read(4)
+    if head is None:
+        return None
+    (size,) = struct.unpack("<I", head)
+    if size > cap:
+        return None
+    body = read(size)
+    return None if body is None else json.loads(body)
+
+
+# -------------------------------------------------------------- fork server
+def _run_child(step, source, setup, write_fd, seconds):
+    """In a forked child: limits, then the replay; its data goes to ``write_fd``."""
+    import resource
+
+    code = 0
+    try:
+        cpu = max(1, int(math.ceil(seconds)))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        payload = base64.b64encode(pack(replay_step(step, source, setup))).decode()
+        _send(write_fd, {"data": payload})
+    except BaseException as exc:  # noqa: BLE001
+        code = 1
+        with contextlib.suppress(Exception):
+            _send(write_fd, {"error": f"{type(exc).__name__}: {str(exc)[:200]}"})
+    finally:
+        os._exit(code)
+
+
+def _run_forked(step, source, setup, seconds, protect=()):
+    """One replay in a forked child, killed at ``seconds``: {"data": ...} or {"error"}."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        for fd in protect:  # the server's own channel is not the student's to write
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        _run_child(step, source, setup, write, seconds)
+    os.close(write)
+    try:
+        msg = _recv(read, time.monotonic() + seconds, cap=2 * DATA_BYTES)
+    finally:
+        os.close(read)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    if not isinstance(msg, dict):
+        return {"error": f"it did not finish within {seconds:g} s (or its process died)"}
+    return msg
+
+
+def _reap_strays():
+    """Kill every process of this sandbox but the server and bwrap (pid 1)."""
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) not in (1, me):
+            with contextlib.suppress(OSError):
+                os.kill(int(entry), signal.SIGKILL)
+
+
+def serve(setup_path: str, sandboxed: bool):
+    """The fork server's loop: read {"steps": {step: source}} requests on stdin, answer
+    {step: {"data": base64 npz} | {"error": text}} on stdout."""
+    import torch
+
+    rfd, wfd = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1):
+        os.dup2(devnull, fd)
+    torch.set_num_threads(1)
+    sources = json.loads(Path(setup_path).read_text())
+    setup = setup_namespace(sources)
+    reference_names(setup)  # warm the ops once, before any fork
+    _send(wfd, {"ready": True})
+    while True:
+        req = _recv(rfd)
+        if req is None:
+            return
+        deadline = time.monotonic() + float(req.get("seconds", STUDENT_SECONDS))
+        out = {}
+        for step, source in req.get("steps", {}).items():
+            left = deadline - time.monotonic()
+            if step not in STEPS or not isinstance(source, str):
+                out[str(step)] = {"error": "not a step cell"}
+            elif left <= 0:
+                out[step] = {"error": "not run: this submission used up its replay time"}
+            else:
+                out[step] = _run_forked(step, source, setup, min(RUN_SECONDS, left),
+                                        protect=(rfd, wfd))
+            if sandboxed:
+                _reap_strays()
+        _send(wfd, out)
+
+
+class ReplayServer:
+    """A fork server in its own sandbox (or, unsandboxed, a plain child process).
+
+    ``setup_sources``: the release's set-up cells. ``shipped``: verify.py, src/,
+    data/ as released. :meth:`replay` answers one submission.
+    """
+
+    def __init__(self, setup_sources, shipped: dict, sandboxed: bool = True,
+                 start_seconds: float = 120.0):
+        from src import sandbox as sb
+
+        self.sandboxed, self.owner = sandboxed, os.getpid()
+        self.box = sb.Sandbox(shipped, sb.LIMITS, enabled=sandboxed)
+        setup_file = self.box.root / "setup.json"
+        setup_file.write_text(json.dumps(list(setup_sources)))
+        if self.box.uid >= 0:
+            os.chown(setup_file, self.box.uid, self.box.uid)
+        inside = f"{sb.WORKDIR}/setup.json" if sandboxed else str(setup_file)
+        cmd = [sys.executable, "-m", "src.replay", "serve", inside,
+               "--sandboxed" if sandboxed else "--plain"]
+        fd = self.box.seccomp_fd()
+        argv = self.box.command(cmd, fd)
+        if sandboxed:  # the set-up file, read-only beside the shipped files
+            at = argv.index("--chdir")
+            argv[at:at] = ["--ro-bind", str(setup_file), f"{sb.WORKDIR}/setup.json"]
+        env = None if sandboxed else {**os.environ, "PYTHONPATH": str(self.box.home)}
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=str(self.box.root if sandboxed else self.box.home), env=env,
+            pass_fds=(fd,) if fd is not None else ())
+        msg = _recv(self.proc.stdout.fileno(), time.monotonic() + start_seconds)
+        if not (isinstance(msg, dict) and msg.get("ready")):
+            err = self._stderr_tail()
+            self.close()
+            raise RuntimeError(f"the replay server did not start: {err or 'no message'}")
+
+    def _stderr_tail(self):
+        with contextlib.suppress(Exception):
+            self.proc.kill()
+            return self.proc.stderr.read()[-600:].decode(errors="replace").strip()
+        return ""
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def replay(self, steps: dict, seconds: float = STUDENT_SECONDS) -> dict:
+        """{step: data dict or an error text} for {step cell grade_id: source}."""
+        try:
+            _send(self.proc.stdin.fileno(), {"steps": steps, "seconds": seconds})
+            msg = _recv(self.proc.stdout.fileno(),
+                        time.monotonic() + seconds + RUN_SECONDS * len(steps) + 10)
+        except OSError:
+            msg = None
+        if not isinstance(msg, dict):
+            raise RuntimeError("the replay server stopped answering")
+        out = {}
+        for step in steps:
+            got = msg.get(step)
+            if isinstance(got, dict) and isinstance(got.get("data"), str):
+                try:
+                    out[step] = unpack(base64.b64decode(got["data"]))
+                except (ValueError, TypeError) as exc:
+                    out[step] = str(exc)
+            else:
+                err = got.get("error") if isinstance(got, dict) else None
+                out[step] = f"the replay of this cell failed: {err or 'no answer'}"
+        return out
+
+    def close(self):
+        with contextlib.suppress(Exception):
+            self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        with contextlib.suppress(Exception):
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        self.box.cleanup()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "serve":
+        if str(Path.cwd()) not in sys.path:
+            sys.path.insert(0, str(Path.cwd()))
+        serve(sys.argv[2], sandboxed="--sandboxed" in sys.argv[3:])
+    else:
+        print("usage: python -m src.replay serve SETUP_JSON [--sandboxed|--plain]",
+              file=sys.stderr)
+        sys.exit(2)

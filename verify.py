@@ -1354,6 +1354,8 @@ def _probe_all(fn, torch, code, calls, budget, out):
             out[key + "raised"] = _str_list([error, line])
         if mutated:
             out[key + "mutated"] = np.array(True)
+        if type(result) is torch.Tensor and not result.requires_grad:  # left autograd
+            out[key + "detached"] = np.array(True)
         calls.update(_graph_calls(result, torch))
         if not error:
             _observe_object(key + "out", result, budget, out)
@@ -2048,11 +2050,15 @@ def _result(step, findings, ok_message, notes, cell, seen):
     points, notes = POINTS[step], list(notes)
     failures = [(n, f) for n, f in findings if f.failed]
     charged, pending = _merged(findings, "costs"), _merged(findings, "pending")
-    if cell.replayed and cell.mutated and step != "softmax" and not failures:
+    if cell.replayed and cell.mutated and step not in ("softmax", "attention_weights") \
+            and not failures:  # (Cell 6: the softmax's own mistake, charged there)
         changed = _listing(cell.mutated)
         charged.setdefault("changes_input", f"after your Cell {cell.number} ran, {changed} "
                            "held other numbers than before.")
-    if cell.replayed and cell.raised and not failures:  # only code that runs to the end
+    # Only code that runs to the end earns its points (the softmax function, probed on its
+    # own, is judged whatever happens after its def).
+    raised = cell.replayed and cell.raised and step != "softmax"
+    if raised and not failures:
         failures = [("", _Finding(
             _error_entry(cell.error, cell.line) or "cell_raised",
             f"{cell.said()}. The names it had assigned by then are right, but a step earns "
@@ -2085,7 +2091,7 @@ def _result(step, findings, ok_message, notes, cell, seen):
     if cell.raised and cell.error not in mentioned:
         notes.append(f"Note that {cell.said()} when it last ran; this check used what the "
                      "names hold now.")
-    if cell.replayed and cell.raised:
+    if raised:
         cost = 1.0
     score = round(points * max(0.0, 1.0 - cost), 6)
     passed = not failures and not charged
@@ -2274,9 +2280,10 @@ def _softmax_verdict(r, strict, cell):
     if "attention_scores" in cell.mutated:
         return "mutates_input", "after your Cell 6 ran, `attention_scores` held other numbers."
     weights = r.tensor("attention_weights")
-    if cell.replayed and weights.kind == "tensor" and not weights.requires_grad:
-        return ("softmax_leaves_autograd", "on the lesson's scores (which require grad) your "
-                "Cell 6 made weights that do not require grad.")
+    detached = [i for i in range(n) if r.flag(f"softmax.p{i}.detached")]
+    if detached:
+        return ("softmax_leaves_autograd", f"on {probes[detached[0]].shown}, an input that "
+                "requires grad like the lesson's scores, it returned a tensor that does not.")
     outs = []
     for i, p in enumerate(probes):
         if errors[i]:
@@ -2399,11 +2406,71 @@ def judge(grade_id: str, data: Mapping, *, strict: bool = False) -> Summary:
     return Summary([_judge_step(step, data, grade_id, bool(strict)) for step in steps])
 
 
+def judge_replay(grade_id: str, data: Mapping, own: Mapping | None = None, *,
+                 strict: bool = False) -> Summary:
+    """``grade_id``'s results from a replay of its step cell (src/replay.py).
+
+    ``data``: the cell's own code on the reference inputs; that is what counts.
+    ``own``: the same code on the student's own tensors from the cells before,
+    when they differ from the reference (an earlier slip): a check the code
+    passes there but not on the reference (code adapted to that slip) takes
+    that result instead, so an earlier slip is never charged twice.
+    """
+    ref = judge(grade_id, data, strict=strict)
+    if not isinstance(own, Mapping):
+        return ref
+    mine = judge(grade_id, own, strict=strict)
+    results = []
+    for r, o in zip(ref.results, mine.results):
+        if o.score > r.score:
+            o.notes.append("Judged on your own tensors from the cells before, which differ "
+                           "from the lesson's: on the lesson's, " + _short(
+                               r.message.partition("\n")[0], 160))
+            r = o
+        results.append(r)
+    return Summary(results)
+
+
 # ------------------------------------------------------------ public checks
 def _check(step, objects, strict):
     grade_id = GRADE_CELL_OF[step]
-    data = _observe_steps(grade_id, [step], _Lookup(objects))
-    return _judge_step(step, data, grade_id, strict)
+    live = _live_replay(grade_id)
+    if live is None:  # no kernel history (a script, a test): the tensors as given
+        data = _observe_steps(grade_id, [step], _Lookup(objects))
+        return _judge_step(step, data, grade_id, strict)
+    summary = judge_replay(grade_id, *live, strict=strict)
+    return summary.results[list(GRADE_CELLS[grade_id]).index(step)]
+
+
+_LAST_REPLAY: dict = {}  # the last live replay: Cell 6's two checks share one
+
+
+def _live_replay(grade_id):
+    """In a Jupyter kernel: the replay (src/replay.py) of the step cell's code, found in
+    the kernel's input history, on the set-up and the reference inputs, exactly as
+    grading runs it; None outside IPython or before the set-up cells ran."""
+    try:
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython is not None else None
+        if shell is None:
+            return None
+        from src import replay
+
+        step = STEP_CELLS[grade_id]
+        setup = replay.live_setup(shell.user_ns)
+        source = replay.source_in_history(step, shell.user_ns.get("In") or [])
+        if setup is None or source is None:
+            return None
+        key = (grade_id, source, len(shell.user_ns.get("In") or []))
+        if _LAST_REPLAY.get("key") != key:
+            own = replay.own_upstream(shell.user_ns)
+            data = replay.replay_step(step, source, setup)
+            again = None if step == "cell4_projections" or replay.same_as_reference(
+                own, setup, step) else replay.replay_step(step, source, setup, own)
+            _LAST_REPLAY.update(key=key, data=(data, again))
+        return _LAST_REPLAY["data"]
+    except Exception:  # noqa: BLE001  (fall back to the tensors as given)
+        return None
 
 
 def check_projections(query, key, value, *, strict=False) -> CheckResult:

@@ -352,8 +352,10 @@ JUDGE_SECONDS = 60
 JUDGE_MEMORY = 4 * 2**30
 
 
-def judge_isolated(verify, grade_id, data, seconds=JUDGE_SECONDS, memory=JUDGE_MEMORY):
-    """(score, max score, text, markdown) of ``verify.judge(grade_id, data, strict=True)``,
+def judge_isolated(verify, grade_id, data, own=None, seconds=JUDGE_SECONDS,
+                   memory=JUDGE_MEMORY):
+    """(score, max score, text, markdown) of ``verify.judge_replay(grade_id, data, own,
+    strict=True)``,
     computed in a forked child with an address-space limit and a deadline: the data came
     from a kernel, and no data may cost the grader more than this. Raises GradingError."""
     import resource
@@ -367,7 +369,7 @@ def judge_isolated(verify, grade_id, data, seconds=JUDGE_SECONDS, memory=JUDGE_M
         try:
             os.close(read)
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-            summary = verify.judge(grade_id, data, strict=True)
+            summary = verify.judge_replay(grade_id, data, own, strict=True)
             out = [float(summary.score), float(summary.max_score), str(summary),
                    summary._repr_markdown_()]
         except BaseException as exc:  # noqa: BLE001  (reported to the parent)
@@ -514,10 +516,11 @@ class TrustedScores(NbGraderPreprocessor):
             gid = md.get("grade_id")
             if not (cell.cell_type == "code" and md.get("grade") and gid in cells):
                 continue
-            data = replayed.get(verify.STEP_CELLS.get(gid), "no step cell")
+            step = verify.STEP_CELLS.get(gid)
+            data, own = replayed.get(step, "no step cell"), replayed.get(f"own:{step}")
             if isinstance(data, dict):
                 try:
-                    score, max_score, text, markdown = judge_isolated(verify, gid, data)
+                    score, max_score, text, markdown = judge_isolated(verify, gid, data, own)
                 except GradingError as exc:
                     data = str(exc)
             if not isinstance(data, dict):

@@ -138,12 +138,18 @@ def _shared(obj) -> bool:
         obj, "__dict__") or obj is __builtins__
 
 
-def fresh_namespace(setup: dict, step: str) -> tuple[dict, dict]:
+def _no_display(*objs, **kwargs):
+    """``display`` during a replay: nothing is shown."""
+
+
+def fresh_namespace(setup: dict, step: str, upstream: dict | None = None
+                    ) -> tuple[dict, dict]:
     """(namespace for ``step``'s run, {input name: the object injected}).
 
     Set-up data (tensors, layers, the example) is deep-copied with aliasing kept
     (``example.x is x``); modules and functions are shared. Earlier steps' names
-    hold the reference; this step's and later ones hold None.
+    hold the reference, or ``upstream``'s values (the student's own, as data:
+    see :func:`own_upstream`); this step's and later ones hold None.
     """
     import torch
 
@@ -152,18 +158,77 @@ def fresh_namespace(setup: dict, step: str) -> tuple[dict, dict]:
     data = {k: v for k, v in setup.items() if k != "__builtins__"}
     ns = copy.deepcopy(data, memo)
     ns["__builtins__"] = setup.get("__builtins__", __builtins__)
+    ns["display"] = _no_display  # in a live kernel, a replay shows nothing
     ref = reference_names(ns)
     later = False
     for s, (_, names) in STEPS.items():
         later = later or s == step
         for n in names:
             ns[n] = None if later else ref[n]
+            if not later and upstream and n in upstream:
+                ns[n] = _as_lesson_object(upstream[n])
     inputs = {n: ns[n] for n in INPUTS[step]}
     if step == "cell4_projections":
         for layer in ("q_proj", "k_proj", "v_proj"):
             for part in ("weight", "bias"):
                 inputs[f"{layer}.{part}"] = getattr(ns[layer], part)
     return ns, inputs
+
+
+def _as_lesson_object(value):
+    """A value recorded by :func:`own_upstream`, made again as the lesson would hold it:
+    a tensor that required grad comes back as a non-leaf that requires grad."""
+    import torch
+
+    kind, arr, grad = value
+    if kind == "ndarray":
+        return np.array(arr)
+    t = torch.from_numpy(np.array(arr))
+    return t.requires_grad_() / 1 if grad and t.is_floating_point() else t
+
+
+def own_upstream(ns) -> dict:
+    """The official names a student's own run left in ``ns``, as data only:
+    {name: (kind, array, requires grad)} for tensors and NumPy arrays of numbers."""
+    import torch
+
+    out = {}
+    for n in OFFICIAL:
+        v = ns.get(n)
+        if type(v) is torch.Tensor and v.layout == torch.strided and v.numel() <= 2**16:
+            with contextlib.suppress(Exception):
+                out[n] = ("tensor", v.detach().cpu().numpy().copy(), bool(v.requires_grad))
+        elif type(v) is np.ndarray and v.dtype.kind in "biuf" and v.size <= 2**16:
+            out[n] = ("ndarray", v.copy(), False)
+    return out
+
+
+def same_as_reference(upstream: dict, setup: dict, step: str) -> bool:
+    """Whether the student's own inputs of ``step`` equal the reference ones (then the
+    run on them would only repeat the reference run)."""
+    ref = reference_names(fresh_namespace(setup, "cell4_projections")[0])
+    for n in INPUTS[step] + (("value",) if step == "cell7_values" else ()):
+        got = upstream.get(n)
+        want = ref[n].detach().numpy()
+        if got is None or got[0] != "tensor" or got[1].shape != want.shape or \
+                got[1].dtype != want.dtype or not np.array_equal(got[1], want):
+            return False
+    return True
+
+
+def run_chain(sources: dict, setup: dict) -> dict:
+    """The student's step cells run in order in one namespace, as the notebook runs them:
+    {step: own_upstream after it}. Only ever used as data for a later step's second run."""
+    ns, _ = fresh_namespace(setup, "cell4_projections")
+    out = {}
+    for step in STEPS:
+        src = sources.get(step)
+        if isinstance(src, str):
+            with contextlib.suppress(BaseException), _quiet():
+                exec(_compile(src, f"<{step}>"), ns)  # noqa: S102
+            _Captured().clean()
+        out[step] = own_upstream(ns)
+    return out
 
 
 # ------------------------------------------------------------------ running
@@ -275,7 +340,7 @@ def _assigned_names(source: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def replay_step(step: str, source: str, setup: dict) -> dict:
+def replay_step(step: str, source: str, setup: dict, upstream: dict | None = None) -> dict:
     """Run ``step``'s cell source on the reference inputs; return the judge's data.
 
     The data is :func:`verify.observe`'s for the step's test cell, plus ``cell.*``
@@ -293,7 +358,7 @@ def replay_step(step: str, source: str, setup: dict) -> dict:
     cap = _Captured()
     test_id, names = STEPS[step]
     filename = f"<{step}>"
-    ns, inputs = fresh_namespace(setup, step)
+    ns, inputs = fresh_namespace(setup, step, upstream)
     before = {n: t.detach().clone() for n, t in inputs.items() if cap.is_tensor(t)}
     error, sink = None, io.StringIO()
     threads = torch.get_num_threads()
@@ -309,13 +374,15 @@ def replay_step(step: str, source: str, setup: dict) -> dict:
     finally:
         cap.clean()
         torch.set_num_threads(threads)
-    data = {"cell.ran": np.array(True), "cell.replayed": np.array(True)}
+    # What the cell did is this run's, never a kernel's last cell (observe's cell.*).
+    data = {k: v for k, v in verify.observe(test_id, _Official(ns)).items()
+            if not k.startswith("cell.")}
+    data.update({"cell.ran": np.array(True), "cell.replayed": np.array(True)})
     if error is not None:
         lineno, line = _line_of(error, filename, source)
         data["cell.raised"] = verify._str_list([verify._error_text(error), line])
         data["cell.lineno"] = np.array(lineno)
     data.update(_facts(cap, step, ns, inputs, before, source))
-    data.update(verify.observe(test_id, _Official(ns)))
     return data
 
 
@@ -456,16 +523,71 @@ def _recv(fd, deadline=None, cap=64 * 2**20):
     return None if body is None else json.loads(body)
 
 
+def decode_answer(msg: dict, steps) -> dict:
+    """{step: data or why none, "own:"+step: data (when there was a second run)}."""
+    out = {}
+    for key in [*steps, *("own:" + s for s in steps)]:
+        got = msg.get(key)
+        if isinstance(got, dict) and isinstance(got.get("data"), str):
+            try:
+                out[key] = unpack(base64.b64decode(got["data"]))
+            except (ValueError, TypeError) as exc:
+                out[key] = str(exc)
+        elif key in steps:
+            err = got.get("error") if isinstance(got, dict) else None
+            out[key] = f"the replay of this cell failed: {err or 'no answer'}"
+    return out
+
+
+def replay_in_process(sources: dict, setup: dict) -> dict:
+    """The fork server's answer, computed in this process (tests, the corpus): only for
+    code that is trusted not to harm the process."""
+    steps = {k: v for k, v in sources.items() if k in STEPS and isinstance(v, str)}
+    out = {step: replay_step(step, src, setup) for step, src in steps.items()}
+    own, order = run_chain(steps, setup), list(STEPS)
+    for step in steps:
+        before = own.get(order[order.index(step) - 1]) if order.index(step) else None
+        if before and not same_as_reference(before, setup, step):
+            out["own:" + step] = replay_step(step, steps[step], setup, before)
+    return out
+
+
 # -------------------------------------------------------------- fork server
-def _run_child(step, source, setup, write_fd, seconds):
-    """In a forked child: limits, then the replay; its data goes to ``write_fd``."""
+def _pack_upstream(chain: dict) -> dict:
+    out = {}
+    for step, names in chain.items():
+        for n, (kind, arr, grad) in names.items():
+            out[f"{step}.{n}.values"] = arr
+            out[f"{step}.{n}.kind"] = np.array(kind)
+            out[f"{step}.{n}.grad"] = np.array(grad)
+    return out
+
+
+def _unpack_upstream(data: dict) -> dict:
+    out = {}
+    for key, arr in data.items():
+        step, n, field = key.rsplit(".", 2) if key.count(".") >= 2 else ("", "", "")
+        if field == "values" and step in STEPS and n in OFFICIAL:
+            kind = str(data.get(f"{step}.{n}.kind", "tensor"))
+            if kind in ("tensor", "ndarray") and arr.dtype.kind in "biuf":
+                out.setdefault(step, {})[n] = (kind, arr, bool(data.get(f"{step}.{n}.grad")))
+    return out
+
+
+def _run_child(job, setup, write_fd, seconds):
+    """In a forked child: limits, then the job (("step", step, source, upstream) or
+    ("chain", sources)); its data goes to ``write_fd``."""
     import resource
 
     code = 0
     try:
         cpu = max(1, int(math.ceil(seconds)))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        payload = base64.b64encode(pack(replay_step(step, source, setup))).decode()
+        if job[0] == "chain":
+            data = _pack_upstream(run_chain(job[1], setup))
+        else:
+            data = replay_step(job[1], job[2], setup, job[3])
+        payload = base64.b64encode(pack(data)).decode()
         _send(write_fd, {"data": payload})
     except BaseException as exc:  # noqa: BLE001
         code = 1
@@ -475,8 +597,8 @@ def _run_child(step, source, setup, write_fd, seconds):
         os._exit(code)
 
 
-def _run_forked(step, source, setup, seconds, protect=()):
-    """One replay in a forked child, killed at ``seconds``: {"data": ...} or {"error"}."""
+def _run_forked(job, setup, seconds, protect=()):
+    """One job in a forked child, killed at ``seconds``: {"data": ...} or {"error"}."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -484,7 +606,7 @@ def _run_forked(step, source, setup, seconds, protect=()):
         for fd in protect:  # the server's own channel is not the student's to write
             with contextlib.suppress(OSError):
                 os.close(fd)
-        _run_child(step, source, setup, write, seconds)
+        _run_child(job, setup, write, seconds)
     os.close(write)
     try:
         msg = _recv(read, time.monotonic() + seconds, cap=2 * DATA_BYTES)
@@ -525,20 +647,38 @@ def serve(setup_path: str, sandboxed: bool):
         req = _recv(rfd)
         if req is None:
             return
-        deadline = time.monotonic() + float(req.get("seconds", STUDENT_SECONDS))
-        out = {}
-        for step, source in req.get("steps", {}).items():
-            left = deadline - time.monotonic()
-            if step not in STEPS or not isinstance(source, str):
-                out[str(step)] = {"error": "not a step cell"}
-            elif left <= 0:
-                out[step] = {"error": "not run: this submission used up its replay time"}
-            else:
-                out[step] = _run_forked(step, source, setup, min(RUN_SECONDS, left),
-                                        protect=(rfd, wfd))
+        _send(wfd, _answer(req, setup, sandboxed, (rfd, wfd)))
+
+
+def _answer(req, setup, sandboxed, protect):
+    """{step: {"data"|"error"}, "own:"+step: ...} for one submission's request."""
+    deadline = time.monotonic() + float(req.get("seconds", STUDENT_SECONDS))
+    steps = {k: v for k, v in req.get("steps", {}).items()
+             if k in STEPS and isinstance(v, str)}
+
+    def run(job):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return {"error": "not run: this submission used up its replay time"}
+        try:
+            return _run_forked(job, setup, min(RUN_SECONDS, left), protect)
+        finally:
             if sandboxed:
                 _reap_strays()
-        _send(wfd, out)
+
+    out = {step: run(("step", step, source, None)) for step, source in steps.items()}
+    chain = run(("chain", steps))
+    if "data" in chain:
+        try:
+            own = _unpack_upstream(unpack(base64.b64decode(chain["data"])))
+        except (ValueError, TypeError):
+            own = {}
+        order = list(STEPS)
+        for step in steps:  # a second run on the student's own inputs, where they differ
+            before = own.get(order[order.index(step) - 1]) if order.index(step) else None
+            if before and not same_as_reference(before, setup, step):
+                out["own:" + step] = run(("step", step, steps[step], before))
+    return out
 
 
 class ReplayServer:
@@ -596,18 +736,7 @@ class ReplayServer:
             msg = None
         if not isinstance(msg, dict):
             raise RuntimeError("the replay server stopped answering")
-        out = {}
-        for step in steps:
-            got = msg.get(step)
-            if isinstance(got, dict) and isinstance(got.get("data"), str):
-                try:
-                    out[step] = unpack(base64.b64decode(got["data"]))
-                except (ValueError, TypeError) as exc:
-                    out[step] = str(exc)
-            else:
-                err = got.get("error") if isinstance(got, dict) else None
-                out[step] = f"the replay of this cell failed: {err or 'no answer'}"
-        return out
+        return decode_answer(msg, steps)
 
     def close(self):
         with contextlib.suppress(Exception):

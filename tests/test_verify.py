@@ -85,8 +85,10 @@ def test_every_catalogue_entry_is_named_by_its_own_diagnosis(reference, mistake,
     visible = {r.step: r for r in verify.judge(gid, injected).results}[step]
     assert strict.mistake == mistake, str(strict)
     assert strict.score == pytest.approx(strict.max_score * max(0.0, 1 - m.cost))
-    for part in (f"Mistake: {m.title}", "What we saw:", "Likely cause:", "Next step:"):
-        assert part in strict.message
+    first, _, evidence = strict.message.partition("\n")
+    assert first == f"Mistake: {m.title}. Next step: {m.next_step}."  # the mistake, what next
+    assert len(first) <= verify.FIRST_LINE_CHARS and len(evidence) <= verify.EVIDENCE_CHARS
+    assert evidence.startswith("What we saw:") and "\nWhy:" in evidence
     if m.strict_only:  # shown beforehand, deducted only in the graded run
         assert visible.passed and visible.pending == [mistake]
         assert any(m.title in n and "graded run" in n for n in visible.notes)

@@ -890,6 +890,12 @@ _m("returned_none", "any", "a function returned None",
    "returns None (a def without `return`), or a name was set to None",
    "end your function with `return` and the result (for example return exps / sums), "
    "then run this cell again", kind="returned_none")
+_m("detached_output", "any", "the result was cut off from autograd",
+   "the values are right, but the tensor does not depend on this cell's inputs the way "
+   "the formula does (.detach(), torch.no_grad(), .data, NumPy, or rebuilt from numbers): "
+   "no gradient could flow back through it",
+   "compute it with tensor operations on the inputs, outside torch.no_grad(), without "
+   ".detach()", kind="detached_output", cost=HALF, strict_only=True)
 _m("misspelled_name", "any", "the result is stored under another name",
    "the check reads the lesson's name; a name spelled otherwise is a new variable, so "
    "the lesson's name still holds None",
@@ -1104,8 +1110,9 @@ FIRST_LINE_CHARS, EVIDENCE_CHARS = 200, 600
 
 def _mistake_text(mistake_id, seen):
     m = MISTAKES[mistake_id]
-    return _tidy(f"Mistake: {m.title}. Next step: {m.next_step}.\nWhat we saw: {seen}\n"
-                 f"Why: {m.cause}.")
+    why = _short(f"Why: {m.cause}.", EVIDENCE_CHARS // 2)
+    seen = _short(f"What we saw: {seen}", EVIDENCE_CHARS - len(why) - 1)
+    return _tidy(f"Mistake: {m.title}. Next step: {m.next_step}.\n{seen}\n{why}")
 
 
 def _tidy(message):
@@ -1958,7 +1965,7 @@ def _judge_output(step, name, view, contexts, strict, inputs, cell):
                 and _close(arr, expected[0], tol))
         if lost or _close(arr, expected, tol):
             _right(f, step, name, view, arr, expected[0] if lost else expected, lost, tol,
-                   inputs, strict)
+                   inputs, strict, cell)
             return f
     f.mistake, f.seen = _match_value(step, name, arr, contexts, view)
     if f.mistake is None and cell.raised and not cell.error.startswith("AssertionError"):
@@ -1968,20 +1975,21 @@ def _judge_output(step, name, view, contexts, strict, inputs, cell):
         return f
     expected = contexts[0].expected(name)
     if arr.shape != expected.shape:
-        f.message = (f"`{name}` should have shape {list(expected.shape)} {AXES[name]}, but it "
-                     f"has shape {list(arr.shape)}. Check the order of the operands and which "
-                     "axis you transpose or reduce.")
+        f.message = (f"`{name}` has shape {list(arr.shape)}, not {list(expected.shape)} "
+                     f"{AXES[name]}. Next step: check the order of the operands and which axis "
+                     "you transpose or reduce.")
         return f
     err = np.abs(arr - expected)
     i = np.unravel_index(int(err.argmax()), err.shape)
-    f.message = (f"`{name}` has the right shape but wrong values: the largest difference is "
-                 f"{_fmt(err.max())} at index {list(map(int, i))} (expected "
-                 f"{_fmt(expected[i])}, got {_fmt(arr[i])}). It matches none of the common "
-                 "mistakes; compare your code with the formula above and open the hint.")
+    f.message = (f"`{name}` has the right shape but wrong values. Next step: compare your "
+                 "code with the formula above, line by line, and open the hint.\n"
+                 f"What we saw: the largest difference is {_fmt(err.max())} at index "
+                 f"{list(map(int, i))} (expected {_fmt(expected[i])}, got {_fmt(arr[i])}); "
+                 "it matches none of the common mistakes.")
     return f
 
 
-def _right(f, step, name, view, arr, exact, lost, tol, inputs, strict):
+def _right(f, step, name, view, arr, exact, lost, tol, inputs, strict, cell):
     """The values are right: charge the slips this cell made (shape, dtype, type)."""
     if lost:
         f.costs.append(("lost_batch_dimension", f"`{name}` has shape {list(arr.shape)} but "
@@ -1998,6 +2006,10 @@ def _right(f, step, name, view, arr, exact, lost, tol, inputs, strict):
         err = float(np.abs(arr - exact).max())
         _strict(f, strict, "imprecise", f"`{name}` differs from the exact result by up to "
                 f"{_fmt(err)}.")
+    if step != "projections" and view.kind == "tensor" and cell.replayed and not lost:
+        wrong = _input_gradients(step, name, view)
+        if wrong:
+            _strict(f, strict, "detached_output", f"`{name}` has the right values, but {wrong}.")
     if step == "projections" and view.kind == "tensor" and view.grads:
         wrong = _provenance(name, view.grads)
         if wrong:
@@ -2029,6 +2041,32 @@ def _provenance(name, grads):
             if got is None or got.shape != want.shape or not _close(got, want, dict(
                     rtol=1e-3, atol=1e-4)):
                 return f"{layer}.{part}"
+    return ""
+
+
+def _input_gradients(step, name, view):
+    """Why ``view`` (a replay's output on the lesson's inputs, which require grad) does not
+    depend on them as the formula does, or "": its gradient of sum(out * G) with respect
+    to each input must be the formula's (src/replay.py, output_gradient)."""
+    from src.replay import output_gradient
+
+    if not view.requires_grad:
+        return "it does not require grad: it was cut off from the autograd graph"
+    ref, swap = _reference(), _swap
+    g = output_gradient(SHAPES[name]).astype(np.float64)
+    if step == "attention_scores":
+        want = {"query": g @ ref["key"] / 8, "key": swap(g) @ ref["query"] / 8}
+    elif step == "attended_values":
+        want = {"attention_weights": g @ swap(ref["value"]),
+                "value": swap(ref["attention_weights"]) @ g}
+    else:
+        w = ref["attention_weights"]
+        want = {"attention_scores": w * (g - (w * g).sum(-1, keepdims=True))}
+    for n, expected in want.items():
+        got = view.grads.get(n)
+        if got is None or got.shape != expected.shape or not _close(
+                got, expected, dict(rtol=1e-3, atol=1e-5)):
+            return f"its gradient with respect to `{n}` is not the formula's"
     return ""
 
 
@@ -2095,8 +2133,8 @@ def _result(step, findings, ok_message, notes, cell, seen):
         cost = 1.0
     score = round(points * max(0.0, 1.0 - cost), 6)
     passed = not failures and not charged
-    return CheckResult(step, passed, score, points, message, mistake, notes, shortfalls,
-                       list(pending), seen)
+    return CheckResult(step, passed, score, points, _tidy(message), mistake, notes,
+                       shortfalls, list(pending), seen)
 
 
 def _merged(findings, attr):
@@ -2126,6 +2164,11 @@ def _judge_tensors(step, r, strict, cell):
     names = NAMES[step]
     views = {n: r.tensor(n) for n in names.all}
     contexts, notes = _contexts(step, views)
+    if r.flag("replay.own"):  # a second run, on the student's own inputs: judged on them
+        contexts = [c for c in contexts if c.label == "your own tensors"]
+        if not contexts:
+            return _failed(step, "Not judged on your own tensors (they equal the lesson's, "
+                           "or are degenerate).")
     own = contexts.pop() if contexts[-1].label == _DEGENERATE else None
     inputs = [views[n] for n in names.upstream]
     findings = [(n, _judge_output(step, n, views[n], contexts, strict, inputs, cell))
@@ -2335,10 +2378,10 @@ def _softmax_verdict(r, strict, cell):
         j = min(explained[best][1] & set(wrong))
         return best, _probe_seen(probes[j], outs[j], errors[j], lines[j])
     found = _Finding()
-    found.message = (f"On {probes[i].label} ({probes[i].shown}) your softmax returned "
-                     f"{_fmt(outs[i])} instead of {_fmt(probes[i].expected)}. It matches none "
-                     "of the common mistakes: exponentiate the shifted input, then divide by "
-                     "the sums along dim.")
+    found.message = (f"Your softmax is wrong on {probes[i].label}. Next step: exponentiate "
+                     "x minus its max along dim, then divide by the sums along dim.\n"
+                     f"What we saw: on {probes[i].shown} it returned {_fmt(outs[i])} instead "
+                     f"of {_fmt(probes[i].expected)}; it matches none of the common mistakes.")
     return found
 
 
@@ -2382,7 +2425,7 @@ def _judge_step(step, data, grade_id, strict=False):
 
 
 def _failed(step, message):
-    return CheckResult(step, False, 0.0, POINTS.get(step, 0.0), _short(message, 400))
+    return CheckResult(step, False, 0.0, POINTS.get(step, 0.0), _tidy(_short(message, 400)))
 
 
 def judge(grade_id: str, data: Mapping, *, strict: bool = False) -> Summary:
@@ -2434,7 +2477,7 @@ def judge_replay(grade_id: str, data: Mapping, own: Mapping | None = None, *,
 # ------------------------------------------------------------ public checks
 def _check(step, objects, strict):
     grade_id = GRADE_CELL_OF[step]
-    live = _live_replay(grade_id)
+    live = _live_replay(grade_id, objects)
     if live is None:  # no kernel history (a script, a test): the tensors as given
         data = _observe_steps(grade_id, [step], _Lookup(objects))
         return _judge_step(step, data, grade_id, strict)
@@ -2445,14 +2488,16 @@ def _check(step, objects, strict):
 _LAST_REPLAY: dict = {}  # the last live replay: Cell 6's two checks share one
 
 
-def _live_replay(grade_id):
-    """In a Jupyter kernel: the replay (src/replay.py) of the step cell's code, found in
-    the kernel's input history, on the set-up and the reference inputs, exactly as
-    grading runs it; None outside IPython or before the set-up cells ran."""
+def _live_replay(grade_id, objects):
+    """In a Jupyter kernel, when the check is given the names the notebook holds (as the
+    test cells do): the replay (src/replay.py) of the step cell's code, found in the
+    kernel's input history, exactly as grading runs it. None outside IPython, before the
+    set-up cells ran, or for tensors the notebook's names do not hold."""
     try:
         ipython = sys.modules.get("IPython")
         shell = ipython.get_ipython() if ipython is not None else None
-        if shell is None:
+        if shell is None or any(obj is not None and shell.user_ns.get(name) is not obj
+                                for name, obj in objects.items()):
             return None
         from src import replay
 

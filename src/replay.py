@@ -359,6 +359,7 @@ def replay_step(step: str, source: str, setup: dict, upstream: dict | None = Non
     test_id, names = STEPS[step]
     filename = f"<{step}>"
     ns, inputs = fresh_namespace(setup, step, upstream)
+    own = {"replay.own": np.array(True)} if upstream else {}
     before = {n: t.detach().clone() for n, t in inputs.items() if cap.is_tensor(t)}
     error, sink = None, io.StringIO()
     threads = torch.get_num_threads()
@@ -383,6 +384,7 @@ def replay_step(step: str, source: str, setup: dict, upstream: dict | None = Non
         data["cell.raised"] = verify._str_list([verify._error_text(error), line])
         data["cell.lineno"] = np.array(lineno)
     data.update(_facts(cap, step, ns, inputs, before, source))
+    data.update(own)
     return data
 
 

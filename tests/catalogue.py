@@ -100,8 +100,8 @@ CATALOGUE = [
 TARGET = {"projections": "key", "attention_scores": "attention_scores",
           "attention_weights": "attention_weights", "attended_values": "attended_values"}
 TENSOR_STEPS = list(TARGET)
-EXAMPLE_ERROR = ("NameError: name 'dk' is not defined",
-                 "attention_scores = raw_scores / math.sqrt(dk)")
+EXAMPLE_ERROR = ("ZeroDivisionError: float division by zero",
+                 "attention_scores = raw_scores / (d_k - 64)")
 
 
 NEEDS_INPUTS = ("upstream_slip", "returned_none")
@@ -111,6 +111,10 @@ def steps_of(mistake):
     """The checks an entry is injected into: its own, or every tensor check for "any"."""
     if mistake.kind == "degenerate":  # (the softmax of constant scores is constant: it is
         return ["attention_scores", "attended_values"]  # named constant_output)
+    if mistake.kind == "detached_output":  # (Cell 4's own rule: detached_projection)
+        return TENSOR_STEPS[1:]
+    if mistake.kind == "mutated_input":  # (in Cell 6 it is the softmax's own mistake)
+        return [s for s in TENSOR_STEPS if s != "attention_weights"]
     if mistake.step == "any":  # these are about a step's inputs: it must have some
         return TENSOR_STEPS[1:] if mistake.kind in NEEDS_INPUTS else TENSOR_STEPS
     if mistake.fns and mistake.in_weights:
@@ -175,6 +179,24 @@ def inject(mistake_id, step, data):
         _set_values(data, "softmax", verify._reference()["attention_weights"])
     elif m.kind == "mutated":
         data["softmax.p1.mutated"] = np.array(True)
+    elif m.kind == "left_autograd":
+        data["softmax.p0.detached"] = np.array(True)
+    elif m.kind == "custom_function":
+        data["replay.python_node"] = np.array(True)
+    elif m.kind == "gradient":  # right weights whose gradient is zero (detached)
+        data["replay.grad.attention_weights.attention_scores"] = np.zeros((1, 6, 6), np.float32)
+    elif m.kind == "misspelled":
+        _drop(data, prefix)
+        _info(data, prefix, kind="none", type="NoneType")
+        data["cell.replayed"] = np.array(True)
+        data["replay.misspelled"] = np.array([name[:-2] + name[-1] + name[-2], name])
+    elif m.kind == "detached_output":
+        data["cell.replayed"] = np.array(True)
+        _info(data, prefix, requires_grad="", grad_fn="")
+    elif m.kind == "mutated_input":
+        data["cell.replayed"] = np.array(True)
+        data["replay.mutated"] = np.array(["x" if step == "projections"
+                                           else verify.NAMES[step].upstream[0]])
     elif m.kind == "bad_output":
         _info(data, "softmax.p0.out", kind="ndarray", type="ndarray")
     elif m.kind == "probe_error":

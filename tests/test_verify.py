@@ -206,7 +206,7 @@ def test_a_cell_that_raised_half_way_is_reported_with_what_the_name_holds():
     typo = {"cell5_scores": [(SCALE, "attention_scores = raw_scores / math.sqrt(dk)")]}
     results, _, _ = run_graded(typo)
     res = results["attention_scores"]
-    assert res.mistake == "cell_raised"
+    assert res.mistake == "undefined_name"
     assert "NameError: name 'dk' is not defined" in res.message
     assert "still holds None" in res.message
 

@@ -890,12 +890,12 @@ _m("returned_none", "any", "a function returned None",
    "returns None (a def without `return`), or a name was set to None",
    "end your function with `return` and the result (for example return exps / sums), "
    "then run this cell again", kind="returned_none")
-_m("detached_output", "any", "the result was cut off from autograd",
-   "the values are right, but the tensor does not depend on this cell's inputs the way "
-   "the formula does (.detach(), torch.no_grad(), .data, NumPy, or rebuilt from numbers): "
-   "no gradient could flow back through it",
-   "compute it with tensor operations on the inputs, outside torch.no_grad(), without "
-   ".detach()", kind="detached_output", cost=HALF, strict_only=True)
+_m("detached_output", "any", "the result does not come from this cell's inputs",
+   "the values are right, but autograd shows the tensor does not depend on an input the "
+   "task names (.detach(), torch.no_grad(), .data, NumPy, rebuilt from numbers, or "
+   "recomputed from other tensors): no gradient could flow back through it",
+   "compute it from this cell's inputs with tensor operations, outside torch.no_grad() "
+   "and without .detach()", kind="detached_output", cost=HALF, strict_only=True)
 _m("misspelled_name", "any", "the result is stored under another name",
    "the check reads the lesson's name; a name spelled otherwise is a new variable, so "
    "the lesson's name still holds None",
@@ -926,6 +926,37 @@ _m("custom_autograd", "softmax", "the softmax is a custom autograd Function",
    "its forward can call anything, including a built-in softmax, and its backward is "
    "written by hand: the task is to build the softmax from tensor operations",
    "write it with torch.exp, amax and sum on x, as a plain function", kind="custom_function")
+# Behaviour the probes show, named when no entry above reproduces the softmax on every
+# probe (what the function does, read off its outputs; tried in this order).
+_m("ignores_its_input", "softmax", "the softmax ignores its parameter x",
+   "it returns the same result whatever it is given: it computes from something else, "
+   "such as the global attention_scores, instead of its parameter x",
+   "use the parameter inside the function: every line should work on x", kind="behaviour")
+_m("softmax_mishandles_inf", "softmax", "-inf scores do not get weight 0",
+   "on an input holding -inf (a masked key) it gives NaN or another weight than 0: "
+   "exp(-inf) is 0 by itself, but replacing -inf or subtracting -inf breaks that",
+   "leave -inf alone: shift by the row max (0 for an all -inf row, with torch.where), "
+   "then exp", kind="behaviour")
+_m("softmax_overflows", "softmax", "the softmax is wrong on large scores",
+   "right on ordinary numbers, but on large scores it gives NaN, inf or other values: "
+   "exp of a large number overflows float32, and clipping or replacing values changes "
+   "the result; shifting each row by its own maximum keeps it exact",
+   "subtract each row's maximum along dim (x.amax(dim=dim, keepdim=True)) before "
+   "torch.exp", kind="behaviour")
+_m("softmax_negative", "softmax", "the softmax gives negative weights",
+   "a weight below 0 cannot come from exp(...) / sum, which is always >= 0",
+   "exponentiate first (torch.exp of the shifted x), then divide by the sums",
+   kind="behaviour")
+_m("softmax_not_normalised", "softmax", "the weights along dim do not sum to 1",
+   "after the division each slice along dim must sum to exactly 1: something was added "
+   "to the sums, the division uses another quantity, or the result is rescaled",
+   "divide exp(x - x_max) by its own sum along dim (keepdim=True), and nothing else",
+   kind="behaviour")
+_m("softmax_not_exp", "softmax", "the weights are not the normalised exp(x)",
+   "the slices sum to 1, but the weights are not exp(x) / sum: another function of x was "
+   "normalised (or x was changed first)",
+   "compute exps = torch.exp(x - x_max), then exps / exps.sum(dim=dim, keepdim=True)",
+   kind="behaviour")
 _m("softmax_raises", "softmax", "the softmax raised an error",
    "calling your softmax on the input shown raised an exception",
    "call softmax on that input yourself and fix the line the error points to",
@@ -1633,6 +1664,7 @@ class _Cell:
     replayed: bool = False  # the data comes from a replay of the cell's own code
     misspelled: tuple = ()  # (the name the cell assigned, the lesson's name)
     mutated: tuple = ()  # inputs the cell changed in place
+    own: bool = False  # a second run, on the student's own tensors from the cells before
 
     @classmethod
     def read(cls, r, grade_id):
@@ -1640,7 +1672,7 @@ class _Cell:
         spelled = r.strings("replay.misspelled")
         return cls(CELL_NUMBER.get(grade_id, 0), r.flag("cell.ran"), bool(error), error, line,
                    r.flag("cell.replayed"), tuple(spelled) if len(spelled) == 2 else (),
-                   tuple(r.strings("replay.mutated")))
+                   tuple(r.strings("replay.mutated")), r.flag("replay.own"))
 
     def said(self):
         at = f" at `{_short(self.line, LIMITS['line'])}`" if self.line else ""
@@ -1912,7 +1944,11 @@ def _judge_output(step, name, view, contexts, strict, inputs, cell):
     f = _Finding()
     if view.kind in ("missing", "none"):
         holds = "is not defined" if view.kind == "missing" else "still holds None"
-        if cell.raised:
+        if cell.misspelled and cell.misspelled[1] == name:  # (then its own asserts raise)
+            f.mistake = "misspelled_name"
+            f.seen = (f"your Cell {cell.number} assigns `{cell.misspelled[0]}`, so `{name}` "
+                      f"{holds}.")
+        elif cell.raised:
             f.mistake = _error_entry(cell.error, cell.line) or "cell_raised"
             f.seen = f"{cell.said()}, so `{name}` {holds}."
             # An error named as the cell's own mistake (torch.sqrt of an int, .T on 3-D ...)
@@ -1924,10 +1960,6 @@ def _judge_output(step, name, view, contexts, strict, inputs, cell):
             elif f.mistake == "used_before_computed" and inputs and all(
                     v.kind in ("tensor", "ndarray") for v in inputs):
                 f.mistake = "returned_none"
-        elif cell.misspelled and cell.misspelled[1] == name:
-            f.mistake = "misspelled_name"
-            f.seen = (f"your Cell {cell.number} assigns `{cell.misspelled[0]}`, so `{name}` "
-                      f"{holds}.")
         else:
             f.mistake = "not_computed"
             f.seen = (f"`{name}` {holds}: it has not been computed yet; run your Cell "
@@ -1965,7 +1997,7 @@ def _judge_output(step, name, view, contexts, strict, inputs, cell):
                 and _close(arr, expected[0], tol))
         if lost or _close(arr, expected, tol):
             _right(f, step, name, view, arr, expected[0] if lost else expected, lost, tol,
-                   inputs, strict, cell)
+                   inputs, strict, cell, ctx.inp)
             return f
     f.mistake, f.seen = _match_value(step, name, arr, contexts, view)
     if f.mistake is None and cell.raised and not cell.error.startswith("AssertionError"):
@@ -1989,7 +2021,7 @@ def _judge_output(step, name, view, contexts, strict, inputs, cell):
     return f
 
 
-def _right(f, step, name, view, arr, exact, lost, tol, inputs, strict, cell):
+def _right(f, step, name, view, arr, exact, lost, tol, inputs, strict, cell, inp):
     """The values are right: charge the slips this cell made (shape, dtype, type)."""
     if lost:
         f.costs.append(("lost_batch_dimension", f"`{name}` has shape {list(arr.shape)} but "
@@ -2006,8 +2038,9 @@ def _right(f, step, name, view, arr, exact, lost, tol, inputs, strict, cell):
         err = float(np.abs(arr - exact).max())
         _strict(f, strict, "imprecise", f"`{name}` differs from the exact result by up to "
                 f"{_fmt(err)}.")
-    if step != "projections" and view.kind == "tensor" and cell.replayed and not lost:
-        wrong = _input_gradients(step, name, view)
+    if step != "projections" and view.kind == "tensor" and cell.replayed and not lost \
+            and not cell.mutated and not cell.own:  # (own inputs may not require grad)
+        wrong = _input_gradients(step, name, view, inp, arr)
         if wrong:
             _strict(f, strict, "detached_output", f"`{name}` has the right values, but {wrong}.")
     if step == "projections" and view.kind == "tensor" and view.grads:
@@ -2044,29 +2077,32 @@ def _provenance(name, grads):
     return ""
 
 
-def _input_gradients(step, name, view):
-    """Why ``view`` (a replay's output on the lesson's inputs, which require grad) does not
-    depend on them as the formula does, or "": its gradient of sum(out * G) with respect
-    to each input must be the formula's (src/replay.py, output_gradient)."""
+def _input_gradients(step, name, view, inp, out):
+    """Why ``view`` (a replay's output ``out`` on inputs ``inp``, which require grad) does
+    not depend on them as the formula does, or "": its gradient of sum(out * G) with
+    respect to each input must be the formula's (src/replay.py, output_gradient)."""
     from src.replay import output_gradient
 
     if not view.requires_grad:
         return "it does not require grad: it was cut off from the autograd graph"
-    ref, swap = _reference(), _swap
-    g = output_gradient(SHAPES[name]).astype(np.float64)
+    if not view.grads:  # (backward itself failed, e.g. after an in-place op: not judged)
+        return ""
+    swap = _swap
+    g = output_gradient(out.shape).astype(np.float64)
     if step == "attention_scores":
-        want = {"query": g @ ref["key"] / 8, "key": swap(g) @ ref["query"] / 8}
+        scale = 1 / math.sqrt(D_K)
+        want = {"query": g @ inp["key"] * scale, "key": swap(g) @ inp["query"] * scale}
     elif step == "attended_values":
-        want = {"attention_weights": g @ swap(ref["value"]),
-                "value": swap(ref["attention_weights"]) @ g}
+        want = {"attention_weights": g @ swap(inp["value"]),
+                "value": swap(inp["attention_weights"]) @ g}
     else:
-        w = ref["attention_weights"]
-        want = {"attention_scores": w * (g - (w * g).sum(-1, keepdims=True))}
+        want = {"attention_scores": out * (g - (out * g).sum(-1, keepdims=True))}
     for n, expected in want.items():
         got = view.grads.get(n)
-        if got is None or got.shape != expected.shape or not _close(
-                got, expected, dict(rtol=1e-3, atol=1e-5)):
-            return f"its gradient with respect to `{n}` is not the formula's"
+        # Only no dependence is charged: an equivalent formula (weights renormalised, the
+        # max kept in the graph) may have another gradient, and is right.
+        if got is None or got.shape != expected.shape or not np.any(got):
+            return f"it does not depend on `{n}`: it was computed from other tensors"
     return ""
 
 
@@ -2165,7 +2201,8 @@ def _judge_tensors(step, r, strict, cell):
     views = {n: r.tensor(n) for n in names.all}
     contexts, notes = _contexts(step, views)
     if r.flag("replay.own"):  # a second run, on the student's own inputs: judged on them
-        contexts = [c for c in contexts if c.label == "your own tensors"]
+        # (equal to the lesson's but for their dtype, they are judged as the lesson's)
+        contexts = [c for c in contexts if c.label == "your own tensors" or not notes]
         if not contexts:
             return _failed(step, "Not judged on your own tensors (they equal the lesson's, "
                            "or are degenerate).")
@@ -2324,9 +2361,12 @@ def _softmax_verdict(r, strict, cell):
         return "mutates_input", "after your Cell 6 ran, `attention_scores` held other numbers."
     weights = r.tensor("attention_weights")
     detached = [i for i in range(n) if r.flag(f"softmax.p{i}.detached")]
-    if detached:
-        return ("softmax_leaves_autograd", f"on {probes[detached[0]].shown}, an input that "
-                "requires grad like the lesson's scores, it returned a tensor that does not.")
+    left = ("softmax_leaves_autograd", f"on {probes[detached[0]].shown}, an input that "
+            "requires grad like the lesson's scores, it returned a tensor that does not."
+            ) if detached else None
+    same = _same_for_every_input(r, probes)
+    if same:
+        return "ignores_its_input", same
     outs = []
     for i, p in enumerate(probes):
         if errors[i]:
@@ -2352,7 +2392,7 @@ def _softmax_verdict(r, strict, cell):
     wrong = [i for i, (p, out) in enumerate(zip(probes, outs))
              if out is None or not _close(out, p.expected)]
     if not wrong:  # (no precision item: float32 rounds logits of 1e4 to 1e-3)
-        return _gradient_verdict(weights) or _Finding()
+        return left or _gradient_verdict(weights) or _Finding()
     explained = _explanations(outs)
     i = wrong[0]
     for mid, (every, _) in explained.items():
@@ -2370,19 +2410,70 @@ def _softmax_verdict(r, strict, cell):
     if failed:
         j = failed[0]
         return "softmax_raises", _probe_seen(probes[j], None, errors[j], lines[j])
-    best, best_n = None, 0
-    for mid, (_, where) in explained.items():
-        if len(where & set(wrong)) > best_n:
-            best, best_n = mid, len(where & set(wrong))
-    if best is not None:
-        j = min(explained[best][1] & set(wrong))
-        return best, _probe_seen(probes[j], outs[j], errors[j], lines[j])
+    # No entry gives its output on every probe: say what it does instead (a partial match
+    # named one mistake for another).
+    tame = [j for j in wrong if _tame(probes[j]) and outs[j] is not None]
+    for mid, (_, where) in explained.items():  # wrong on ordinary numbers as an entry is
+        if tame and set(tame) <= where:
+            return mid, _probe_seen(probes[tame[0]], outs[tame[0]], "", "")
+    behaviour = _softmax_behaviour(probes, outs, wrong)
+    if behaviour:
+        return behaviour
+    if left:
+        return left
     found = _Finding()
     found.message = (f"Your softmax is wrong on {probes[i].label}. Next step: exponentiate "
                      "x minus its max along dim, then divide by the sums along dim.\n"
                      f"What we saw: on {probes[i].shown} it returned {_fmt(outs[i])} instead "
                      f"of {_fmt(probes[i].expected)}; it matches none of the common mistakes.")
     return found
+
+
+def _same_for_every_input(r, probes):
+    """What we saw, when the softmax gave one and the same output for different probes."""
+    outs = [r.tensor(f"softmax.p{i}.out", "").real for i in range(len(probes))]
+    got = [(i, o) for i, o in enumerate(outs) if o is not None]
+    if len(got) < 3 or any(o.shape != got[0][1].shape or not np.array_equal(o, got[0][1])
+                           for _, o in got):
+        return ""
+    return (f"on {probes[got[0][0]].shown} and on {probes[got[1][0]].shown} it returned the "
+            f"same {list(got[0][1].shape)} result, {_fmt(got[0][1])}.")
+
+
+def _tame(probe):
+    """An input of ordinary numbers (no -inf, nothing large enough to overflow exp)."""
+    return bool(np.isfinite(probe.x).all() and np.abs(probe.x).max() < 50)
+
+
+def _softmax_behaviour(probes, outs, wrong):
+    """(behaviour entry, what we saw) for a softmax no entry reproduces, or None: what
+    it does to ordinary inputs first, then to large or -inf ones."""
+    def seen(i, what):
+        return f"on {probes[i].label} ({probes[i].shown}) {what}."
+
+    last = [i for i, p in enumerate(probes) if p.dim == -1]
+    if all(i not in wrong for i in last) and outs[wrong[0]] is not None:
+        i = wrong[0]
+        return "ignores_dim", seen(i, f"it returned {_fmt(outs[i])} instead of "
+                                      f"{_fmt(probes[i].expected)}")
+    tame = [i for i in wrong if _tame(probes[i]) and outs[i] is not None]
+    for i in tame:  # wrong on ordinary numbers: the formula itself
+        out, p = outs[i], probes[i]
+        if np.isfinite(out).all() and (out < -1e-6).any():
+            return "softmax_negative", seen(i, f"it returned {_fmt(out)}")
+        sums = out.sum(axis=p.dim)
+        if not np.isfinite(out).all() or not np.allclose(sums, 1.0, atol=1e-4):
+            return "softmax_not_normalised", seen(
+                i, f"the sums along dim={p.dim} are {_fmt(sums)}, not 1")
+        return "softmax_not_exp", seen(i, f"it returned {_fmt(out)} instead of "
+                                          f"{_fmt(p.expected)}")
+    for i in wrong:  # right on ordinary numbers, wrong on large or -inf ones
+        if outs[i] is None:
+            continue
+        inf = np.isneginf(probes[i].x).any()
+        return ("softmax_mishandles_inf" if inf else "softmax_overflows",
+                seen(i, f"it returned {_fmt(outs[i])} instead of {_fmt(probes[i].expected)}"))
+    return None
 
 
 #: Autograd nodes that only a built-in softmax leaves (torch.softmax, F.softmax,
@@ -2455,17 +2546,18 @@ def judge_replay(grade_id: str, data: Mapping, own: Mapping | None = None, *,
 
     ``data``: the cell's own code on the reference inputs; that is what counts.
     ``own``: the same code on the student's own tensors from the cells before,
-    when they differ from the reference (an earlier slip): a check the code
-    passes there but not on the reference (code adapted to that slip) takes
-    that result instead, so an earlier slip is never charged twice.
+    when they differ from the reference (an earlier slip). When the code raised
+    on the lesson's inputs but is fully right on its own (code adapted to that
+    slip, such as ``weights @ value.double()`` after float64 weights), that
+    result counts instead, so an earlier slip is never charged twice.
     """
     ref = judge(grade_id, data, strict=strict)
-    if not isinstance(own, Mapping):
-        return ref
+    if not isinstance(own, Mapping) or not _Reader(data).strings("cell.raised"):
+        return ref  # (code that runs on the lesson's inputs is judged on them alone)
     mine = judge(grade_id, own, strict=strict)
     results = []
     for r, o in zip(ref.results, mine.results):
-        if o.score > r.score:
+        if o.score == o.max_score > r.score:  # right, gradients included, for its inputs
             o.notes.append("Judged on your own tensors from the cells before, which differ "
                            "from the lesson's: on the lesson's, " + _short(
                                r.message.partition("\n")[0], 160))

@@ -319,7 +319,7 @@ class _Captured:
         """Gradients of sum(out * G) with respect to ``inputs`` (float32 arrays; zeros
         where out does not depend on one), G = :func:`output_gradient`."""
         grad = self.from_numpy(output_gradient(tuple(out.shape)))
-        got = self.run_backward(self.engine, (out,), (grad.to(out.dtype),), False, False,
+        got = self.run_backward(self.engine, (out,), (grad.to(out.dtype),), True, False,
                                 tuple(inputs), True, False)
         return [np.zeros(tuple(i.shape), np.float32) if g is None
                 else g.detach().float().numpy().copy() for g, i in zip(got, inputs)]

@@ -163,6 +163,31 @@ def _inject_softmax(m, data):
         _set_values(data, prefix, out)
 
 
+def _behaviour_outputs(mistake_id, i, probe):
+    want = probe.expected
+    if mistake_id == "ignores_its_input":
+        return verify._reference()["attention_weights"]
+    if mistake_id == "softmax_mishandles_inf" and np.isneginf(probe.x).any():
+        return np.where(np.isneginf(probe.x), np.nan, want)
+    if mistake_id == "softmax_overflows" and i in (1, 2):
+        return np.full_like(want, np.nan)
+    if i == 0 and mistake_id == "softmax_negative":
+        return want - 0.5
+    if i == 0 and mistake_id == "softmax_not_normalised":
+        return want * 0.9
+    if i == 0 and mistake_id == "softmax_not_exp":
+        return want ** 2 / (want ** 2).sum(axis=probe.dim, keepdims=True)
+    return want
+
+
+def _inject_behaviour(mistake_id, data):
+    for i, probe in enumerate(verify._probes()):
+        prefix = f"softmax.p{i}.out"
+        data.pop(f"softmax.p{i}.raised", None)
+        _info(data, prefix, kind="tensor", type="Tensor", layout="strided", device="cpu")
+        _set_values(data, prefix, _behaviour_outputs(mistake_id, i, probe))
+
+
 def inject(mistake_id, step, data):
     """A copy of ``data`` (the observation of a right answer) with the mistake made."""
     m = verify.MISTAKES[mistake_id]
@@ -179,6 +204,8 @@ def inject(mistake_id, step, data):
         _set_values(data, "softmax", verify._reference()["attention_weights"])
     elif m.kind == "mutated":
         data["softmax.p1.mutated"] = np.array(True)
+    elif m.kind == "behaviour":  # outputs that show the behaviour, on the probes
+        _inject_behaviour(mistake_id, data)
     elif m.kind == "left_autograd":
         data["softmax.p0.detached"] = np.array(True)
     elif m.kind == "custom_function":

@@ -157,8 +157,10 @@ rows = []
 for i in range(6):
     rows.append((attention_weights[0, i].unsqueeze(-1) * value[0]).sum(dim=0))
 attended_values = torch.stack(rows).unsqueeze(0)""")
+# Right values, but recomputed from query and key: the weights of Cell 6 are not used.
 attempt("torch's scaled_dot_product_attention", cell7="attended_values = "
-        "torch.nn.functional.scaled_dot_product_attention(query, key, value)")
+        "torch.nn.functional.scaled_dot_product_attention(query, key, value)",
+        expect={"attended_values": "detached_output"})
 attempt("renormalised weights", cell7="attended_values = attention_weights @ value / "
         "attention_weights.sum(-1, keepdim=True)")
 attempt("float64 fixed back to float32 in Cell 7",

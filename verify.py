@@ -896,6 +896,47 @@ _m("detached_output", "any", "the result does not come from this cell's inputs",
    "recomputed from other tensors): no gradient could flow back through it",
    "compute it from this cell's inputs with tensor operations, outside torch.no_grad() "
    "and without .detach()", kind="detached_output", cost=HALF, strict_only=True)
+# Behaviour read off a tensor no entry above reproduces (values and the replay's
+# gradients), tried in this order.
+_m("extra_term", "any", "a tensor was added to the result",
+   "the result is the right one plus another tensor (a residual connection, or a leftover "
+   "term): this step computes the formula alone",
+   "remove the extra term and compute exactly the formula of this cell", kind="behaviour")
+_m("extra_nonlinearity", "any", "a nonlinearity was applied",
+   "the result has no negative entries while the right one has: a ReLU, abs or clamp was "
+   "applied, which the formula of this cell does not have",
+   "drop the nonlinearity: this cell is a plain linear formula", kind="behaviour")
+_m("rows_rescaled", "any", "the rows were normalised",
+   "every row was rescaled (to length 1, sum 1, or mean 0 and spread 1): this cell's "
+   "formula does not normalise its result",
+   "remove the normalisation: only Cell 6's softmax normalises, and only the weights",
+   kind="behaviour")
+_m("wrong_inputs", "any", "the result is computed from the wrong tensors",
+   "autograd shows which tensors the result depends on: it should depend on exactly the "
+   "inputs the task names, and on nothing else",
+   "compute it from the tensors the task names, with the formula above", kind="behaviour")
+_m("after_the_product", "attended_values", "something was applied besides the product",
+   "the result is not a weighted sum of the rows of value: another operation (a layer, a "
+   "nonlinearity, a scaling per feature) changed it",
+   "compute attended_values = attention_weights @ value and nothing more",
+   kind="behaviour")
+_m("weights_changed", "attended_values", "the weights were changed before the product",
+   "the result mixes the rows of value, but not with attention_weights as Cell 6 made them "
+   "(a second softmax, a recomputation, a transpose or a rescaling)",
+   "use attention_weights exactly as they are: attention_weights @ value",
+   kind="behaviour")
+_m("bias_misused", "projections", "the bias is not added exactly once",
+   "the gradient with respect to the layer's bias shows it added with another factor "
+   "(subtracted, scaled or repeated)",
+   "call the layer itself: query = q_proj(x) adds its bias once", kind="behaviour")
+_m("layer_input_not_x", "projections", "the layer was applied to a changed x",
+   "the gradient with respect to the layer's weight shows its input was not x itself (x "
+   "normalised, with positions added, or otherwise changed first)",
+   "pass the embeddings as they are: query = q_proj(x)", kind="behaviour")
+_m("after_the_layer", "projections", "the projection was changed after the layer",
+   "the layer got x and its bias once, but its output was then changed (a nonlinearity, "
+   "a normalisation, another operation)",
+   "keep the layer's output as it is: query = q_proj(x)", kind="behaviour")
 _m("misspelled_name", "any", "the result is stored under another name",
    "the check reads the lesson's name; a name spelled otherwise is a new variable, so "
    "the lesson's name still holds None",
@@ -961,6 +1002,18 @@ _m("softmax_raises", "softmax", "the softmax raised an error",
    "calling your softmax on the input shown raised an exception",
    "call softmax on that input yourself and fix the line the error points to",
    kind="probe_error")
+_m("stub_left", "any", "the cell still holds its stub",
+   "the line raise NotImplementedError(...) is still in the cell, so it stops there",
+   "replace that line with your code, then run the cell", error=r"NotImplementedError",
+   example=("NotImplementedError: Your turn: replace this line with your code",
+            "raise NotImplementedError(\"Your turn: replace this line with your code\")"))
+_m("elementwise_product", "any", "* multiplies entry by entry, not as matrices",
+   "the shapes do not broadcast because * pairs entries one by one; the formula is a "
+   "matrix product, which sums over the shared axis",
+   "use the matrix product @ (torch.matmul) as the formula says",
+   error=r"must match the size of tensor", line=r"[^*]\*[^*=]",
+   example=("RuntimeError: The size of tensor a (6) must match the size of tensor b (64) "
+            "at non-singleton dimension 2", "attended_values = attention_weights * value"))
 _m("cell_raised", "any", "the cell raised an error",
    "the cell stopped with an exception, so the tensor was not (re)computed",
    "fix the line the error points to and run the cell again", kind="cell_error")
@@ -1906,7 +1959,102 @@ def _match_value(step, name, arr, contexts, view):
                                              f"right values with the axes in the order "
                                              f"{list(perm)} instead of "
                                              f"{list(range(arr.ndim))}.")
+    return _behaviour(step, name, arr, contexts[0], view)
+
+
+#: What each step's output must depend on (autograd, in a replay).
+DEPENDS = {"attention_scores": ("query", "key"), "attention_weights": ("attention_scores",),
+           "attended_values": ("attention_weights", "value")}
+
+
+def _behaviour(step, name, arr, ctx, view):
+    """(mistake id, what we saw) read off what the code did, when no entry reproduces it:
+    what was added to the right result, a nonlinearity, normalised rows, which tensors it
+    depends on (the replay's gradients) and, in Cell 4, how it uses its layer."""
+    expected = ctx.expected(name)
+    if arr.shape == expected.shape:
+        extra = arr - expected
+        for other, t in ctx.inp.items():
+            if other != name and isinstance(t, np.ndarray) and np.shape(t) == arr.shape \
+                    and np.abs(t).max() > 1e-6 and _close(extra, t):
+                return "extra_term", f"`{name}` equals the right result plus `{other}`."
+        if (expected < -1e-3).any() and (arr >= 0).all():
+            how = ("max(·, 0) of the right result (a ReLU)" if _close(arr, np.maximum(
+                expected, 0)) else "never negative, although the right result is")
+            return "extra_nonlinearity", f"`{name}` is {how}."
+        norms = np.linalg.norm(arr, axis=-1)
+        if np.allclose(norms, 1, atol=1e-3) and not np.allclose(
+                np.linalg.norm(expected, axis=-1), 1, atol=1e-3):
+            return "rows_rescaled", f"every row of `{name}` has length 1."
+        sums, mean = arr.sum(-1), arr.mean(-1)
+        if (np.allclose(sums, 1, atol=1e-3) or (np.allclose(mean, 0, atol=1e-3) and np.allclose(
+                arr.std(-1), 1, atol=1e-2))) and not np.allclose(expected.sum(-1), 1, atol=1e-3):
+            return "rows_rescaled", (f"every row of `{name}` sums to 1 (a softmax or a division "
+                                     "by the row sums)" if np.allclose(sums, 1, atol=1e-3) else
+                                     f"every row of `{name}` has mean 0 and spread 1") + "."
+    if step == "attention_weights" and arr.shape == expected.shape:
+        for axis in range(arr.ndim - 1):  # the softmax's axis, read off its sums
+            if np.allclose(arr.sum(axis), 1, atol=1e-3):
+                return "softmax_wrong_axis", (f"`{name}` sums to 1 along axis {axis}, not "
+                                              "along the keys (the last axis).")
+    if step == "attended_values" and arr.shape == expected.shape:
+        mixed = _mixing(arr, ctx.inp["value"])
+        if mixed is not None:
+            return mixed
+    if step in DEPENDS and view.grads:
+        used = {n for n, g in view.grads.items() if np.any(g)}
+        missing = [n for n in DEPENDS[step] if n not in used]
+        extra = sorted(used - set(DEPENDS[step]))
+        if missing or extra:
+            said = [f"does not use {_listing(missing)}" if missing else "",
+                    f"uses {_listing(extra)}" if extra else ""]
+            return "wrong_inputs", f"`{name}` {' and '.join(p for p in said if p)}."
+    if step == "projections" and view.grads:
+        return _layer_use(name, view.grads, arr)
     return None, ""
+
+
+def _mixing(arr, value):
+    """Cell 7: whether ``arr`` [B, L, d] is a mix of the rows of value (out = M @ value for
+    some M) and what M's rows do; None when nothing can be said."""
+    v, out = value.reshape(-1, value.shape[-1]), arr.reshape(-1, arr.shape[-1])
+    m = np.linalg.lstsq(v.T, out.T, rcond=None)[0].T  # [L, S]: out ≈ m @ v
+    if not _close(m @ v, out, dict(rtol=1e-3, atol=1e-4)):
+        return ("after_the_product", "`attended_values` is not a weighted sum of the rows of "
+                "`value`: something else was applied to them or to the result.")
+    if np.allclose(m.sum(-1), 1, atol=1e-3):
+        return ("weights_changed", "`attended_values` mixes the rows of `value` with weights "
+                "that sum to 1 but are not `attention_weights` (changed before the product).")
+    return ("weights_changed", "`attended_values` mixes the rows of `value` with weights whose "
+            f"rows sum to {_fmt(m.sum(-1))}, not 1.")
+
+
+def _layer_use(name, grads, arr):
+    """(mistake id, what we saw) of how ``name`` uses the layers, from its gradients with
+    respect to their parameters: d/dW = Gᵀ x' (x' the layer's input), d/db = c ΣG."""
+    from src.replay import output_gradient
+
+    mine = f"{name[0]}_proj"
+    used = [k for k, g in grads.items() if np.any(g)]
+    others = sorted({k.split(".")[0] for k in used} - {mine})
+    if others:
+        return "wrong_inputs", (f"`{name}` depends on {_listing(others)}'s parameters: it was "
+                                "computed with another layer, or from another projection.")
+    g = output_gradient(arr.shape).astype(np.float64).reshape(-1, D_K) if arr.size == \
+        6 * D_K else None
+    bias, weight = grads.get(f"{mine}.bias"), grads.get(f"{mine}.weight")
+    if g is None or bias is None or weight is None or not np.any(weight):
+        return None, ""
+    total = g.sum(0)
+    c = float(bias @ total / (total @ total))
+    if not _close(bias, total) and _close(bias, c * total):
+        return "bias_misused", f"the bias enters `{name}` {_fmt(c)} times instead of once."
+    x = _shipped()["x"].astype(np.float64).reshape(-1, D_K)
+    seen_x = np.linalg.lstsq(g.T, weight.astype(np.float64), rcond=None)[0]  # [B*L, d]
+    if not _close(seen_x, x, dict(rtol=1e-2, atol=1e-3)):
+        return "layer_input_not_x", (f"the layer behind `{name}` was applied to a tensor "
+                                     "that is not x (x was changed first).")
+    return "after_the_layer", f"`{name}` is q_proj(x) changed after the layer."
 
 
 def _upstream_slip(cell, inputs):
@@ -2132,7 +2280,7 @@ def _result(step, findings, ok_message, notes, cell, seen):
     # Only code that runs to the end earns its points (the softmax function, probed on its
     # own, is judged whatever happens after its def).
     raised = cell.replayed and cell.raised and step != "softmax"
-    if raised and not failures:
+    if raised and not failures and not charged:  # (else what made its asserts fail leads)
         failures = [("", _Finding(
             _error_entry(cell.error, cell.line) or "cell_raised",
             f"{cell.said()}. The names it had assigned by then are right, but a step earns "

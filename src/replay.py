@@ -138,6 +138,22 @@ def _shared(obj) -> bool:
         obj, "__dict__") or obj is __builtins__
 
 
+def later_than(a: str, b: str) -> bool:
+    """Whether step cell ``a`` comes after ``b`` in the lesson."""
+    order = list(STEPS)
+    return order.index(a) > order.index(b)
+
+
+def _independent(t):
+    """A reference tensor as a graph of its own (a non-leaf that requires grad, like the
+    lesson's), so that a gradient with respect to it is not one through another input."""
+    import torch
+
+    if not torch.is_tensor(t):
+        return t
+    return t.detach().clone().requires_grad_() / 1.0
+
+
 def _no_display(*objs, **kwargs):
     """``display`` during a replay: nothing is shown."""
 
@@ -164,10 +180,13 @@ def fresh_namespace(setup: dict, step: str, upstream: dict | None = None
     for s, (_, names) in STEPS.items():
         later = later or s == step
         for n in names:
-            ns[n] = None if later else ref[n]
+            ns[n] = None if later else _independent(ref[n])
             if not later and upstream and n in upstream:
                 ns[n] = _as_lesson_object(upstream[n])
-    inputs = {n: ns[n] for n in INPUTS[step]}
+    # Every earlier tensor is an input: what the code depends on is read off its gradients
+    # with respect to each (they are independent of one another, so each one counts alone).
+    inputs = {n: ns[n] for s, (_, names) in STEPS.items() if s != step for n in names
+              if not later_than(s, step) and torch.is_tensor(ns[n])}
     if step == "cell4_projections":
         for layer in ("q_proj", "k_proj", "v_proj"):
             for part in ("weight", "bias"):

@@ -525,7 +525,7 @@ attempt("values first", expect={"attended_values": "values_first"},
         **values("value.transpose(-2, -1) @ attention_weights.transpose(-2, -1)"))
 attempt("value.T", expect={"attended_values": "axes_permuted"},
         **values("attention_weights @ value.T"))
-attempt("elementwise weights times values", expect={"attended_values": "cell_raised"},
+attempt("elementwise weights times values", expect={"attended_values": "elementwise_product"},
         **values("attention_weights * value"))
 attempt("summed over the queries", expect={"attended_values": None},
         **values("(attention_weights @ value).sum(dim=1, keepdim=True)"))

@@ -571,6 +571,12 @@ _m("uses_builtin_softmax", "softmax", "the softmax calls a built-in softmax",
    "task is to build it from torch.exp",
    "write it yourself: subtract the row max, torch.exp, divide by the row sums",
    kind="builtin")
+_m("weights_not_from_your_softmax", "attention_weights",
+   "the weights come from a built-in softmax, not from yours",
+   "the line that makes attention_weights calls torch.softmax (or F.softmax) instead of "
+   "the softmax you wrote above it",
+   "call your own function: attention_weights = softmax(attention_scores, dim=-1)",
+   kind="builtin_weights", cost=HALF)
 _m("softmax_shadowed", "softmax", "`softmax` was overwritten by a tensor",
    "a line such as softmax = softmax(attention_scores) replaced your function by its "
    "result, so the name softmax no longer refers to a function",
@@ -911,6 +917,11 @@ _m("rows_rescaled", "any", "the rows were normalised",
    "formula does not normalise its result",
    "remove the normalisation: only Cell 6's softmax normalises, and only the weights",
    kind="behaviour")
+_m("same_for_every_query", "any", "every query gets the same result",
+   "the result does not change along the query axis: it was summed, averaged or "
+   "broadcast over the queries (or the tokens)",
+   "keep one row per query (per token): no .sum or .mean over that axis",
+   kind="behaviour")
 _m("wrong_inputs", "any", "the result is computed from the wrong tensors",
    "autograd shows which tensors the result depends on: it should depend on exactly the "
    "inputs the task names, and on nothing else",
@@ -978,6 +989,12 @@ _m("softmax_mishandles_inf", "softmax", "-inf scores do not get weight 0",
    "exp(-inf) is 0 by itself, but replacing -inf or subtracting -inf breaks that",
    "leave -inf alone: shift by the row max (0 for an all -inf row, with torch.where), "
    "then exp", kind="behaviour")
+_m("softmax_masks_too_much", "softmax", "-inf in one row changes the other rows",
+   "on an input holding -inf, even the slices without any -inf come out wrong: the -inf "
+   "handling reaches beyond its own row (a test over the whole tensor, such as "
+   "torch.isinf(x).any())",
+   "handle -inf slice by slice: torch.where on each row's max (keepdim=True), nothing "
+   "over the whole tensor", kind="behaviour")
 _m("softmax_overflows", "softmax", "the softmax is wrong on large scores",
    "right on ordinary numbers, but on large scores it gives NaN, inf or other values: "
    "exp of a large number overflows float32, and clipping or replacing values changes "
@@ -1997,6 +2014,10 @@ def _behaviour(step, name, arr, ctx, view):
             if np.allclose(arr.sum(axis), 1, atol=1e-3):
                 return "softmax_wrong_axis", (f"`{name}` sums to 1 along axis {axis}, not "
                                               "along the keys (the last axis).")
+    if arr.ndim >= 2 and arr.shape == expected.shape and np.allclose(arr, arr[..., :1, :]) \
+            and not np.allclose(expected, expected[..., :1, :]):
+        return "same_for_every_query", (f"every row of `{name}` is the same: "
+                                        f"{_fmt(arr[..., 0, :])}.")
     if step == "attended_values" and arr.shape == expected.shape:
         mixed = _mixing(arr, ctx.inp["value"])
         if mixed is not None:
@@ -2045,16 +2066,20 @@ def _layer_use(name, grads, arr):
     bias, weight = grads.get(f"{mine}.bias"), grads.get(f"{mine}.weight")
     if g is None or bias is None or weight is None or not np.any(weight):
         return None, ""
-    total = g.sum(0)
-    c = float(bias @ total / (total @ total))
-    if not _close(bias, total) and _close(bias, c * total):
-        return "bias_misused", f"the bias enters `{name}` {_fmt(c)} times instead of once."
-    x = _shipped()["x"].astype(np.float64).reshape(-1, D_K)
-    seen_x = np.linalg.lstsq(g.T, weight.astype(np.float64), rcond=None)[0]  # [B*L, d]
-    if not _close(seen_x, x, dict(rtol=1e-2, atol=1e-3)):
+    x = _shipped()["x"].astype(np.float64).reshape(-1, D_K)  # [B*L, d_model]
+    weight = weight.astype(np.float64)  # [d_k, d_model] = G'ᵀ (the layer's input)
+    coef = np.linalg.lstsq(x.T, weight.T, rcond=None)[0]  # weight rows in x's row span?
+    if not _close(x.T @ coef, weight.T, dict(rtol=1e-3, atol=1e-4)):
         return "layer_input_not_x", (f"the layer behind `{name}` was applied to a tensor "
                                      "that is not x (x was changed first).")
-    return "after_the_layer", f"`{name}` is q_proj(x) changed after the layer."
+    if _close(weight, g.T @ x, dict(rtol=1e-3, atol=1e-4)):  # G reaches the layer unchanged
+        total = g.sum(0)
+        c = float(bias @ total / (total @ total))
+        if not _close(bias, total):
+            return "bias_misused", f"the bias enters `{name}` {_fmt(c)} times instead of once."
+        return None, ""
+    return "after_the_layer", (f"`{name}` is {mine}(x) changed after the layer (its "
+                               "gradient does not reach the layer unchanged).")
 
 
 def _upstream_slip(cell, inputs):
@@ -2358,9 +2383,16 @@ def _judge_tensors(step, r, strict, cell):
     inputs = [views[n] for n in names.upstream]
     findings = [(n, _judge_output(step, n, views[n], contexts, strict, inputs, cell))
                 for n in names.outputs]
+    builtin = [_NODE_LABELS[n] for n in views[names.outputs[0]].graph if n in _NODE_LABELS]
+    own_builtin = [c for c in r.strings("softmax.calls") if c.split(".")[-1] in BUILTIN_SOFTMAX]
+    if step == "attention_weights" and builtin and not own_builtin and \
+            not findings[0][1].failed:  # (a softmax that calls it is charged there, once)
+        findings[0][1].costs.append(("weights_not_from_your_softmax", "the autograd graph "
+                                     f"of `attention_weights` holds {builtin[0]}."))
     for n, f in findings:  # unnamed, but the formula applied to degenerate inputs
         arr = views[n].real
-        if own is not None and f.message and arr is not None and _close(arr, own.expected(n)):
+        named = f.message or (f.mistake in MISTAKES and MISTAKES[f.mistake].kind == "behaviour")
+        if own is not None and named and arr is not None and _close(arr, own.expected(n)):
             f.message, f.mistake = "", "degenerate_upstream"
             f.seen = (f"`{n}` is what the formula gives on your tensors from the cells before, "
                       "but they are degenerate (see the note), so it cannot be told apart "
@@ -2493,9 +2525,7 @@ def _softmax_verdict(r, strict, cell):
     errors, lines = [e for e, _ in raised], [line for _, line in raised]
     # What ran, read off the autograd graphs of its outputs (the probes', and the weights'
     # in the replay): a node of a built-in softmax, or a Function written by hand.
-    calls = r.strings("softmax.calls") + [
-        _NODE_LABELS[n] for n in r.strings("replay.graph.attention_weights")
-        if n in _NODE_LABELS]
+    calls = r.strings("softmax.calls")  # (the weights' own graph: see _judge_tensors)
     builtin = list(dict.fromkeys(c for c in calls if c.split(".")[-1] in BUILTIN_SOFTMAX))
     if builtin:
         return "uses_builtin_softmax", f"your softmax calls {', '.join(builtin)}."
@@ -2509,9 +2539,6 @@ def _softmax_verdict(r, strict, cell):
         return "mutates_input", "after your Cell 6 ran, `attention_scores` held other numbers."
     weights = r.tensor("attention_weights")
     detached = [i for i in range(n) if r.flag(f"softmax.p{i}.detached")]
-    left = ("softmax_leaves_autograd", f"on {probes[detached[0]].shown}, an input that "
-            "requires grad like the lesson's scores, it returned a tensor that does not."
-            ) if detached else None
     same = _same_for_every_input(r, probes)
     if same:
         return "ignores_its_input", same
@@ -2539,8 +2566,14 @@ def _softmax_verdict(r, strict, cell):
         outs.append(arr)
     wrong = [i for i, (p, out) in enumerate(zip(probes, outs))
              if out is None or not _close(out, p.expected)]
+    # Right values that left autograd (a built-in under no_grad, NumPy inside ...): a probe
+    # whose values are wrong is named by those instead.
+    left = [i for i in detached if i not in wrong]
+    if left:
+        return ("softmax_leaves_autograd", f"on {probes[left[0]].shown}, an input that "
+                "requires grad like the lesson's scores, it returned a tensor that does not.")
     if not wrong:  # (no precision item: float32 rounds logits of 1e4 to 1e-3)
-        return left or _gradient_verdict(weights) or _Finding()
+        return _gradient_verdict(weights) or _Finding()
     explained = _explanations(outs)
     i = wrong[0]
     for mid, (every, _) in explained.items():
@@ -2567,8 +2600,6 @@ def _softmax_verdict(r, strict, cell):
     behaviour = _softmax_behaviour(probes, outs, wrong)
     if behaviour:
         return behaviour
-    if left:
-        return left
     found = _Finding()
     found.message = (f"Your softmax is wrong on {probes[i].label}. Next step: exponentiate "
                      "x minus its max along dim, then divide by the sums along dim.\n"
@@ -2581,9 +2612,10 @@ def _same_for_every_input(r, probes):
     """What we saw, when the softmax gave one and the same output for different probes."""
     outs = [r.tensor(f"softmax.p{i}.out", "").real for i in range(len(probes))]
     got = [(i, o) for i, o in enumerate(outs) if o is not None]
-    if len(got) < 3 or any(o.shape != got[0][1].shape or not np.array_equal(o, got[0][1])
-                           for _, o in got):
-        return ""
+    shapes = {probes[i].x.shape for i, _ in got}
+    if len(got) < 3 or any(o.shape != got[0][1].shape for _, o in got) or (
+            len(shapes) < 2 and any(not np.array_equal(o, got[0][1]) for _, o in got)):
+        return ""  # (one output shape for inputs of several shapes: not computed from x)
     return (f"on {probes[got[0][0]].shown} and on {probes[got[1][0]].shown} it returned the "
             f"same {list(got[0][1].shape)} result, {_fmt(got[0][1])}.")
 
@@ -2615,10 +2647,18 @@ def _softmax_behaviour(probes, outs, wrong):
                 i, f"the sums along dim={p.dim} are {_fmt(sums)}, not 1")
         return "softmax_not_exp", seen(i, f"it returned {_fmt(out)} instead of "
                                           f"{_fmt(p.expected)}")
+    for i in wrong:  # wrong where no -inf is, on an input holding -inf elsewhere
+        p = probes[i]
+        clean = ~np.isneginf(p.x).any(axis=p.dim, keepdims=True)  # slices without -inf
+        if outs[i] is not None and np.isneginf(p.x).any() and clean.any() and not _close(
+                *(np.where(clean, a, 0) for a in (outs[i], p.expected))):
+            return "softmax_masks_too_much", seen(i, f"it returned {_fmt(outs[i])}, "
+                                                     f"instead of {_fmt(p.expected)}")
     for i in wrong:  # right on ordinary numbers, wrong on large or -inf ones
         if outs[i] is None:
             continue
-        inf = np.isneginf(probes[i].x).any()
+        p = probes[i]
+        inf = np.isneginf(p.x).any()
         return ("softmax_mishandles_inf" if inf else "softmax_overflows",
                 seen(i, f"it returned {_fmt(outs[i])} instead of {_fmt(probes[i].expected)}"))
     return None

@@ -595,6 +595,38 @@ def _unpack_upstream(data: dict) -> dict:
     return out
 
 
+_KILLS = (62, 200, 234, 129, 297)  # kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo
+_PIDFD_SEND_SIGNAL = 424
+
+
+def signals_to_self_only() -> bool:
+    """Load a seccomp filter (x86_64) that lets this process signal itself only: a cell's
+    code cannot kill the fork server or a run of another student. False if not loaded."""
+    import ctypes
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    ld, jeq, ret = 0x20, 0x15, 0x06
+    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ERRNO | EPERM
+    n = len(_KILLS)
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, 0xC000003E), (ret, 0, 0, allow), (ld, 0, 0, 0)]
+    prog += [(jeq, n - i + 2, 0, nr) for i, nr in enumerate(_KILLS)]  # -> check arg0
+    prog += [(jeq, 0, 1, _PIDFD_SEND_SIGNAL), (ret, 0, 0, deny), (ret, 0, 0, allow)]
+    prog += [(ld, 0, 0, 16), (jeq, 0, 1, os.getpid()), (ret, 0, 0, allow), (ret, 0, 0, deny)]
+    raw = b"".join(struct.pack("<HBBI", *ins) for ins in prog)
+    buf = ctypes.create_string_buffer(raw)
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fprog = Prog(len(prog), ctypes.addressof(buf))
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        return False
+    return libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) == 0  # PR_SET_SECCOMP, FILTER
+
+
 def _run_child(job, setup, write_fd, seconds):
     """In a forked child: limits, then the job (("step", step, source, upstream) or
     ("chain", sources)); its data goes to ``write_fd``."""
@@ -604,6 +636,7 @@ def _run_child(job, setup, write_fd, seconds):
     try:
         cpu = max(1, int(math.ceil(seconds)))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        signals_to_self_only()
         if job[0] == "chain":
             data = _pack_upstream(run_chain(job[1], setup))
         else:

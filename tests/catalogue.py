@@ -169,6 +169,8 @@ def _behaviour_outputs(mistake_id, i, probe):
         return verify._reference()["attention_weights"]
     if mistake_id == "softmax_mishandles_inf" and np.isneginf(probe.x).any():
         return np.where(np.isneginf(probe.x), np.nan, want)
+    if mistake_id == "softmax_masks_too_much" and np.isneginf(probe.x).any():
+        return np.zeros_like(want)
     if mistake_id == "softmax_overflows" and i in (1, 2):
         return np.full_like(want, np.nan)
     if i == 0 and mistake_id == "softmax_negative":
@@ -206,6 +208,8 @@ def inject(mistake_id, step, data):
         data["softmax.p1.mutated"] = np.array(True)
     elif m.kind == "behaviour":  # outputs that show the behaviour, on the probes
         _inject_behaviour(mistake_id, data)
+    elif m.kind == "builtin_weights":
+        data["replay.graph.attention_weights"] = np.array(["SoftmaxBackward0"])
     elif m.kind == "left_autograd":
         data["softmax.p0.detached"] = np.array(True)
     elif m.kind == "custom_function":

@@ -62,7 +62,7 @@ def test_reference_solution_scores_full_marks(reference):
 def test_untouched_lesson_scores_zero():
     results, _, ns = run_graded(codes=cells_by_id(LESSON))
     assert not any(r.score for r in results.values())
-    assert results["projections"].mistake == "cell_raised"
+    assert results["projections"].mistake == "stub_left"
     assert "Your turn" in results["projections"].message
     summary = verify.check_all(ns)
     assert summary.score == 0 and not any(summary.results)
@@ -70,7 +70,47 @@ def test_untouched_lesson_scores_zero():
 
 
 # --------------------------------------------------------------- catalogue
-CASES = [(mid, step) for mid, m in verify.MISTAKES.items() for step in steps_of(m)]
+#: Behaviour entries of the tensor steps are read off real code (gradients, value
+#: relations): test_behaviour_is_named_from_real_code replays such code instead.
+CASES = [(mid, step) for mid, m in verify.MISTAKES.items() for step in steps_of(m)
+         if not (m.kind == "behaviour" and m.step != "softmax")]
+
+BEHAVIOUR_CODE = {
+    "extra_term": {"cell7_values": "attended_values = attention_weights @ value + x"},
+    "extra_nonlinearity": {"cell4_projections": "query = torch.relu(q_proj(x))\n"
+                           "key = k_proj(x)\nvalue = v_proj(x)"},
+    "rows_rescaled": {"cell7_values": "out = attention_weights @ value\n"
+                      "attended_values = out / out.norm(dim=-1, keepdim=True)"},
+    "wrong_inputs": {"cell5_scores": "attention_scores = query @ key.transpose(-2, -1) / 8 "
+                     "+ 0.1 * value @ value.transpose(-2, -1)"},
+    "same_for_every_query": {"cell7_values": "attended_values = (attention_weights @ value)"
+                             ".mean(dim=1, keepdim=True).expand(1, 6, 64)"},
+    "bias_misused": {"cell4_projections": "query = x @ q_proj.weight.T - q_proj.bias\n"
+                     "key = k_proj(x)\nvalue = v_proj(x)"},
+    "layer_input_not_x": {"cell4_projections": "query = q_proj(x - x.mean(-1, keepdim=True))"
+                          "\nkey = k_proj(x)\nvalue = v_proj(x)"},
+    "after_the_layer": {"cell4_projections": "query = torch.tanh(q_proj(x))\n"
+                        "key = k_proj(x)\nvalue = v_proj(x)"},
+    "after_the_product": {"cell7_values": "attended_values = v_proj(attention_weights @ value)"},
+    "weights_changed": {"cell7_values": "attended_values = torch.softmax(attention_weights, -1)"
+                        " @ value"},
+}
+
+
+def test_behaviour_is_named_from_real_code():
+    """Each behaviour entry of a tensor step, named from code that does it, replayed."""
+    from src import replay
+    from tests.corpus import release_setup
+
+    want = {mid for mid, m in verify.MISTAKES.items()
+            if m.kind == "behaviour" and m.step != "softmax"}
+    assert want == set(BEHAVIOUR_CODE)
+    for mid, code in BEHAVIOUR_CODE.items():
+        (step, src), = code.items()
+        data = replay.replay_step(step, src, release_setup())
+        gid = replay.STEPS[step][0]
+        named = [r.mistake for r in verify.judge_replay(gid, data, strict=True).results]
+        assert mid in named, (mid, named)
 
 
 @pytest.mark.parametrize("mistake, step", CASES, ids=[f"{m}-{s}" for m, s in CASES])
@@ -553,7 +593,7 @@ def test_cli_json_on_the_untouched_lesson():
     assert res.returncode == 1
     report = json.loads(res.stdout)
     assert report["score"] == 0 and report["max_score"] == 9 and report["strict"]
-    assert report["cells"]["cell4_projections_test"]["results"][0]["mistake"] == "cell_raised"
+    assert report["cells"]["cell4_projections_test"]["results"][0]["mistake"] == "stub_left"
     assert report["cell_errors"][0] == {
         "cell": "cell4_projections", "error": "NotImplementedError",
         "message": "Your turn: replace this line with your code. The hint below helps if you "

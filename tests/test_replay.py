@@ -1,0 +1,183 @@
+"""The trusted replay (src/replay.py) in its sandboxed fork server, attacked.
+
+Each notebook goes through ``grading.replay_notebook`` exactly as grading
+replays a submission (the release's set-up, the step cells found by grade_id,
+a bubblewrap sandbox) and is judged by ``verify.judge_replay(strict=True)``.
+Nothing outside a step cell may raise its score: the forged stub, added cells,
+IPython hooks, patched modules and a prepared set-up all score 0; a softmax
+that reaches a built-in softmax by another road loses the softmax's point.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import nbformat
+import pytest
+
+import verify
+from src import grading, replay, sandbox
+from tests.notebook_utils import LESSON, SOURCE
+
+pytestmark = pytest.mark.skipif(sandbox.unavailable_reason() is not None,
+                                reason=f"no sandbox here: {sandbox.unavailable_reason()}")
+
+SOLVED = nbformat.read(SOURCE, as_version=4)
+STUB = nbformat.read(LESSON, as_version=4)
+#: Every name of the lesson, computed right: what forgers put anywhere but the step cells.
+FORGERY = """
+query, key, value = q_proj(x), k_proj(x), v_proj(x)
+attention_scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)
+def softmax(x, dim=-1):
+    e = torch.exp(x - x.amax(dim=dim, keepdim=True).nan_to_num(neginf=0.0))
+    return e / e.sum(dim=dim, keepdim=True).clamp_min(1e-30)
+attention_weights = softmax(attention_scores)
+attended_values = attention_weights @ value
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _server():
+    yield
+    grading.close_replay_servers()
+
+
+def grades(nb) -> dict:
+    """{test cell grade_id: strict score} of a notebook, replayed as grading does."""
+    answer = grading.replay_notebook(nb)
+    out = {}
+    for step, (test_id, _) in replay.STEPS.items():
+        data = answer[step]
+        out[test_id] = (verify.judge_replay(test_id, data, answer.get(f"own:{step}"),
+                                            strict=True).score
+                        if isinstance(data, dict) else 0.0)
+    return out
+
+
+def with_cells(nb, sources=None, added=()):
+    """A copy of ``nb`` with step cells' sources replaced and cells added after others."""
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if sources and gid in sources:
+            cell.source = sources[gid]
+    for after, code in added:
+        at = next(i for i, c in enumerate(nb.cells)
+                  if c.metadata.get("nbgrader", {}).get("grade_id") == after)
+        nb.cells.insert(at + 1, nbformat.v4.new_code_cell(code))
+    return nb
+
+
+FULL = {"cell4_projections_test": 2.0, "cell5_scores_test": 2.0, "cell6_softmax_test": 3.0,
+        "cell7_values_test": 2.0}
+ZERO = dict.fromkeys(FULL, 0.0)
+
+
+def test_the_reference_gets_full_marks_and_the_stubs_nothing():
+    assert grades(SOLVED) == FULL
+    assert grades(STUB) == ZERO
+
+
+@pytest.mark.parametrize("name, added", [
+    ("a cell that computes everything", [("cell3_data", FORGERY)]),
+    ("an IPython hook that fills the names before each check", [("cell3_data", (
+        "def _fill(*args):\n" + "".join(f"    {line}\n" for line in FORGERY.splitlines())
+        + "    globals().update(locals())\n"
+        "get_ipython().events.register('post_run_cell', _fill)\n"))]),
+    ("verify patched to pass every check", [("cell3_data", (
+        "import verify\n"
+        "ok = verify.CheckResult('x', True, 2.0, 2.0, 'all good')\n"
+        "verify.judge = verify.judge_replay = lambda *a, **k: verify.Summary([ok])\n"
+        "verify.observe = lambda *a, **k: {}\n"))]),
+    ("torch patched so that the stubs' names are filled on import", [("cell3_data", (
+        "import builtins\n_real = builtins.__import__\n"
+        "def _imp(*a, **k):\n    m = _real(*a, **k)\n"
+        "    import __main__\n    exec(" + repr(FORGERY) + ", __main__.__dict__)\n"
+        "    return m\nbuiltins.__import__ = _imp\n"))]),
+])
+def test_nothing_outside_a_step_cell_earns_its_points(name, added):
+    """The forged stub: cells 4-7 still raise NotImplementedError."""
+    assert grades(with_cells(STUB, added=added)) == ZERO, name
+
+
+def test_a_prepared_set_up_cell_earns_nothing():
+    """The replay runs the release's set-up cells, never the student's copy."""
+    setup = next(c for c in STUB.cells
+                 if c.metadata.get("nbgrader", {}).get("grade_id") == "cell3_data")
+    assert grades(with_cells(STUB, {"cell3_data": setup.source + FORGERY})) == ZERO
+
+
+def test_an_earlier_step_cell_cannot_fix_a_later_one():
+    """Cell 4 right, and it makes `@` divide by √d_k: Cell 5 without the scaling still
+    loses its points (each step cell runs in a process of its own)."""
+    cells = {c.metadata["nbgrader"]["grade_id"]: c.source for c in SOLVED.cells
+             if c.metadata.get("nbgrader", {}).get("solution")}
+    cell4 = cells["cell4_projections"] + (
+        "\n_mm = torch.Tensor.__matmul__\n"
+        "torch.Tensor.__matmul__ = lambda a, b: _mm(a, b) / 8\n")
+    cell5 = cells["cell5_scores"].replace(
+        "attention_scores = raw_scores / math.sqrt(d_k)", "attention_scores = raw_scores")
+    got = grades(with_cells(SOLVED, {"cell4_projections": cell4, "cell5_scores": cell5}))
+    assert got == FULL | {"cell5_scores_test": 0.0}
+
+
+SOFTMAX = """def softmax(x, dim=-1):
+{body}
+attention_weights = softmax(attention_scores, dim=-1)
+"""
+
+
+@pytest.mark.parametrize("name, body, mistake", [
+    ("another operator namespace", "    return torch.ops.aten._softmax(x, dim, False)",
+     "uses_builtin_softmax"),
+    ("torch.special", "    return torch.special.softmax(x, dim)", "uses_builtin_softmax"),
+    ("softmin of the negation", "    return torch.nn.functional.softmin(-x, dim)",
+     "uses_builtin_softmax"),
+    ("recording switched off", "    with torch.no_grad():\n        return torch.softmax(x, dim)",
+     "softmax_leaves_autograd"),
+    ("the inference mode", "    with torch.inference_mode():\n"
+     "        return torch.softmax(x, dim).clone()", "softmax_leaves_autograd"),
+    ("the course's own library", "    from src.attention import softmax as lib\n"
+     "    return torch.from_numpy(lib(x.detach().numpy(), axis=dim))",
+     "softmax_leaves_autograd"),
+    ("np.exp inside", "    e = torch.from_numpy(np.exp((x - x.amax(dim, keepdim=True))"
+     ".detach().numpy()))\n    return e / e.sum(dim, keepdim=True)", "softmax_leaves_autograd"),
+    ("a built-in result pasted into the graph",
+     "    return x - x.detach() + torch.softmax(x.detach(), dim)", None),
+    ("a custom autograd Function", (
+        "    class F(torch.autograd.Function):\n"
+        "        @staticmethod\n        def forward(ctx, a):\n"
+        "            return torch.softmax(a, dim)\n"
+        "        @staticmethod\n        def backward(ctx, g):\n            return g\n"
+        "    return F.apply(x)"), None),
+])
+def test_softmax_evasions_lose_the_softmax_point(name, body, mistake):
+    cells = {c.metadata["nbgrader"]["grade_id"]: c.source for c in SOLVED.cells
+             if c.metadata.get("nbgrader", {}).get("solution")}
+    nb = with_cells(SOLVED, {"cell6_softmax": SOFTMAX.format(body=body)})
+    answer = grading.replay_notebook(nb)
+    softmax = verify.judge_replay("cell6_softmax_test", answer["cell6_softmax"],
+                                  strict=True).results[0]
+    assert softmax.score == 0.0, (name, str(softmax))
+    if mistake:
+        assert softmax.mistake == mistake, (name, str(softmax))
+    assert cells  # (the other cells stay the reference's)
+
+
+def test_a_cell_that_kills_the_replay_costs_only_its_own_step():
+    """A step cell that kills every process it can (the server included) scores 0 for
+    that step; the other steps and the next submission are graded."""
+    cells = {c.metadata["nbgrader"]["grade_id"]: c.source for c in SOLVED.cells
+             if c.metadata.get("nbgrader", {}).get("solution")}
+    killer = "import os, signal\nos.kill(-1, signal.SIGKILL)\n" + cells["cell5_scores"]
+    got = grades(with_cells(SOLVED, {"cell5_scores": killer}))
+    assert got["cell5_scores_test"] == 0.0
+    assert grades(SOLVED) == FULL
+
+
+def test_a_cell_that_never_ends_is_cut_at_its_deadline():
+    cells = {c.metadata["nbgrader"]["grade_id"]: c.source for c in SOLVED.cells
+             if c.metadata.get("nbgrader", {}).get("solution")}
+    got = grades(with_cells(SOLVED, {"cell7_values": "while True:\n    pass\n"
+                                     + cells["cell7_values"]}))
+    assert got == FULL | {"cell7_values_test": 0.0}

@@ -2312,9 +2312,13 @@ def _result(step, findings, ok_message, notes, cell, seen):
             "its points only when its cell runs to the end."))]
     if failures:
         main = failures[0][1]
+        same = [name for name, f in failures[1:] if f.mistake and f.mistake == main.mistake]
+        if same:  # one mistake of several tensors: said once
+            notes.append(f"The same holds for {_listing(same)}.")
         for name, f in failures[1:]:
-            notes.append(f"Also `{name}`: {MISTAKES[f.mistake].title} — {f.seen}"
-                         if f.mistake else f"Also: {f.message}")
+            if name not in same:
+                notes.append(f"Also `{name}`: {MISTAKES[f.mistake].title} — {f.seen}"
+                             if f.mistake else f"Also: {f.message}")
         mistake = main.mistake
         message = _mistake_text(mistake, main.seen) if mistake else main.message
         cost = _cost(mistake) if mistake else 1.0
@@ -2889,68 +2893,46 @@ def compare_with_torch_softmax(attention_scores, attention_weights) -> str:
 # --------------------------------------------------------------------- CLI
 # Runs first: this verify.py's src/, data/ and verify come before anything beside the
 # notebook (a copy of verify.py in a submission folder is never the one used).
-_PATH_CELL = """\
-import sys as _sys
-_sys.path.insert(0, {root!r})
-"""
-# Runs just before each test cell: what that cell sees, exported as data.
-_OBSERVE_CELL = """\
-import verify as _verify
-_verify.export({grade_id!r}, globals(), {directory!r})
-"""
-
-
 def run_notebook(path, timeout=60, strict=False):
-    """Execute a notebook headless; return (report dict, cell errors).
+    """Replay a notebook's step cells as grading does; return (report dict, cell errors).
 
-    Cells run in order with errors allowed (an unfinished cell does not stop
-    the others). Just before each test cell, the names it sees are exported
-    with :func:`export`; the report judges each export here, outside the
-    kernel. The kernel talks over IPC (Unix sockets), not TCP.
+    Each step cell (Cells 4-7, found by their nbgrader grade_id) is run on its own by
+    the replay of src/replay.py: in a fork server (inside a bubblewrap sandbox when
+    bwrap works here), on the notebook's set-up cells and the reference tensors of the
+    steps before it, and judged here. ``timeout`` bounds the whole replay (seconds).
     """
-    import tempfile
-
     import nbformat
-    from nbclient import NotebookClient
 
-    path = Path(path)
-    nb = nbformat.read(path, as_version=4)
-    with tempfile.TemporaryDirectory(prefix="verify-") as tmp:
-        cells, found = [nbformat.v4.new_code_cell(_PATH_CELL.format(root=str(HERE)))], set()
-        for cell in nb.cells:
-            gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-            if gid in GRADE_CELLS and gid not in found:
-                found.add(gid)
-                cells.append(nbformat.v4.new_code_cell(
-                    _OBSERVE_CELL.format(grade_id=gid, directory=tmp)))
-            cells.append(cell)
-        for gid in GRADE_CELLS:  # a deleted test cell: observed at the end
-            if gid not in found:
-                cells.append(nbformat.v4.new_code_cell(
-                    _OBSERVE_CELL.format(grade_id=gid, directory=tmp)))
-        nb.cells = cells
-        client = NotebookClient(nb, timeout=timeout, allow_errors=True, kernel_name="python3",
-                                config=ipc_config(tmp),
-                                resources={"metadata": {"path": str(path.parent)}})
-        client.execute()
-        results, per_cell = [], {}
-        for gid in GRADE_CELLS:
-            file = Path(tmp) / f"{gid}.npz"
-            if file.is_file():
-                with np.load(file, allow_pickle=False) as npz:
-                    summary = judge(gid, dict(npz), strict=strict)
-            else:
-                summary = Summary([_failed(s, "The notebook stopped before this check "
-                                           "could run.") for s in GRADE_CELLS[gid]])
-            per_cell[gid] = summary.to_dict() | {"test_cell_present": gid in found}
-            results += summary.results
-    errors = []
-    for cell in nb.cells[1:]:
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "error":
-                meta = cell.get("metadata", {}).get("nbgrader", {})
-                errors.append({"cell": meta.get("grade_id", cell.get("id", "?")),
-                               "error": out["ename"], "message": _short(out["evalue"])})
+    from src import replay, sandbox
+
+    nb = nbformat.read(Path(path), as_version=4)
+    cells = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id"): c.source
+             for c in nb.cells if c.cell_type == "code"}
+    missing = [g for g in replay.SETUP_CELLS if g not in cells]
+    if missing:
+        raise ValueError(f"expected the set-up cells {', '.join(replay.SETUP_CELLS)}, "
+                         f"missing {', '.join(missing)}")
+    steps = {s: cells[s] for s in replay.STEPS if s in cells}
+    server = replay.ReplayServer([cells[g] for g in replay.SETUP_CELLS],
+                                 {n: HERE / n for n in ("verify.py", "src", "data")},
+                                 sandboxed=sandbox.unavailable_reason() is None)
+    try:
+        answer = server.replay(steps, seconds=float(timeout))
+    finally:
+        server.close()
+    results, per_cell, errors = [], {}, []
+    for step, (gid, _) in replay.STEPS.items():
+        data = answer.get(step, f"the notebook has no cell with grade_id {step}")
+        if isinstance(data, dict):
+            summary = judge_replay(gid, data, answer.get(f"own:{step}"), strict=strict)
+            raised = _Reader(data).strings("cell.raised")
+            if raised:
+                name, _, message = raised[0].partition(": ")
+                errors.append({"cell": step, "error": name, "message": message})
+        else:
+            summary = Summary([_failed(s, f"Not judged: {data}.") for s in GRADE_CELLS[gid]])
+        per_cell[gid] = summary.to_dict() | {"test_cell_present": gid in cells}
+        results += summary.results
     report = Summary(results).to_dict() | {"cells": per_cell, "strict": strict}
     return report, errors
 
@@ -2972,12 +2954,14 @@ def main(argv=None) -> int:
     import argparse
     import json
 
-    parser = argparse.ArgumentParser(description="Run a lesson notebook and check each step.")
+    parser = argparse.ArgumentParser(
+        description="Replay a lesson notebook's step cells as grading does, and check each.")
     parser.add_argument("notebook", type=Path)
     parser.add_argument("--json", action="store_true", help="print a JSON report")
     parser.add_argument("--strict", action="store_true",
                         help="judge as the graded run does (strict-only items deducted)")
-    parser.add_argument("--timeout", type=int, default=60, help="seconds per cell")
+    parser.add_argument("--timeout", type=int, default=60,
+                        help="seconds for the whole replay")
     args = parser.parse_args(argv)
     if not args.notebook.is_file():
         print(f"verify: expected a notebook file, got {args.notebook} (not found)",

@@ -141,14 +141,14 @@ def test_the_judge_runs_with_a_memory_limit_and_a_deadline():
     score, top, text, _ = grading.judge_isolated(verify, "cell4_projections_test", data)
     assert (score, top) == (0.0, 2.0) and "Cell 4" in text
 
-    class Greedy:  # a judge that a hostile export could make explode
+    class Greedy:  # a judge that hostile data could make explode
         @staticmethod
-        def judge(grade_id, data, strict):
+        def judge_replay(grade_id, data, own, strict):
             return np.ones(2**33, np.uint8)
 
     class Slow:
         @staticmethod
-        def judge(grade_id, data, strict):
+        def judge_replay(grade_id, data, own, strict):
             import time
             time.sleep(30)
 

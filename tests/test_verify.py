@@ -594,10 +594,9 @@ def test_cli_json_on_the_untouched_lesson():
     report = json.loads(res.stdout)
     assert report["score"] == 0 and report["max_score"] == 9 and report["strict"]
     assert report["cells"]["cell4_projections_test"]["results"][0]["mistake"] == "stub_left"
-    assert report["cell_errors"][0] == {
-        "cell": "cell4_projections", "error": "NotImplementedError",
-        "message": "Your turn: replace this line with your code. The hint below helps if you "
-                   "are stuck."}
+    first = report["cell_errors"][0]
+    assert (first["cell"], first["error"]) == ("cell4_projections", "NotImplementedError")
+    assert first["message"].startswith("Your turn: replace this line with your code.")
     assert "Kernel is running over TCP" not in res.stderr
 
 

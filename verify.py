@@ -931,6 +931,11 @@ _m("after_the_product", "attended_values", "something was applied besides the pr
    "nonlinearity, a scaling per feature) changed it",
    "compute attended_values = attention_weights @ value and nothing more",
    kind="behaviour")
+_m("values_not_mixed", "attended_values", "each token keeps its own value: nothing is mixed",
+   "every output row is that token's own value row times a number: the sum ran over the "
+   "queries instead of the keys, or the weights were reduced to one number per token",
+   "mix all value rows with each query's weights: attention_weights @ value sums over the "
+   "keys", kind="behaviour")
 _m("weights_changed", "attended_values", "the weights were changed before the product",
    "the result mixes the rows of value, but not with attention_weights as Cell 6 made them "
    "(a second softmax, a recomputation, a transpose or a rescaling)",
@@ -2039,6 +2044,10 @@ def _mixing(arr, value):
     """Cell 7: whether ``arr`` [B, L, d] is a mix of the rows of value (out = M @ value for
     some M) and what M's rows do; None when nothing can be said."""
     v, out = value.reshape(-1, value.shape[-1]), arr.reshape(-1, arr.shape[-1])
+    own = (out * v).sum(-1) / np.maximum((v * v).sum(-1), 1e-30)  # out[i] = c_i v[i]?
+    if _close(out, own[:, None] * v, dict(rtol=1e-3, atol=1e-4)):
+        return ("values_not_mixed", "each row of `attended_values` is its own token's row of "
+                f"`value`, scaled by {_fmt(own)}.")
     m = np.linalg.lstsq(v.T, out.T, rcond=None)[0].T  # [L, S]: out ≈ m @ v
     if not _close(m @ v, out, dict(rtol=1e-3, atol=1e-4)):
         return ("after_the_product", "`attended_values` is not a weighted sum of the rows of "

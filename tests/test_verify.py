@@ -92,6 +92,8 @@ BEHAVIOUR_CODE = {
     "after_the_layer": {"cell4_projections": "query = torch.tanh(q_proj(x))\n"
                         "key = k_proj(x)\nvalue = v_proj(x)"},
     "after_the_product": {"cell7_values": "attended_values = v_proj(attention_weights @ value)"},
+    "values_not_mixed": {"cell7_values": "attended_values = value * "
+                         "attention_weights.sum(dim=1).unsqueeze(-1)"},
     "weights_changed": {"cell7_values": "attended_values = torch.softmax(attention_weights, -1)"
                         " @ value"},
 }

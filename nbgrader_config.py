@@ -24,7 +24,15 @@ from nbgrader.preprocessors import (  # noqa: E402
 )
 
 from src.course import StripHiddenTests, course_dir  # noqa: E402
-from src.grading import RefuseUnsafeSubmission, SafeOutputs, SandboxedExecute, TrustedScores  # noqa: E402
+from src.grading import (  # noqa: E402
+    CopyAllowedFiles,
+    RefuseUnsafeSubmission,
+    RevealInvisibles,
+    SafeOutputs,
+    SandboxedExecute,
+    TrustedScores,
+    copy_ignore,
+)
 from src.release import CODE_STUB  # noqa: E402
 
 c = get_config()  # noqa: F821  (provided by traitlets when it loads this file)
@@ -44,14 +52,16 @@ c.Execute.timeout = int(os.environ.get("ATTENTION_CELL_TIMEOUT", "30"))
 # grade, the plain command, the Formgrader's button) reads this file. A submission with a
 # symlink is refused; each kernel runs in a bubblewrap sandbox; each test cell's score is
 # computed here, in the instructor's process, from the data the kernel exported. nbgrader's
-# own lists, with our three steps added and Execute replaced.
+# own lists, with our steps added and Execute replaced.
 c.Autograde.sanitize_preprocessors = [
-    RefuseUnsafeSubmission, ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
-    CheckCellMetadata]
-# SafeOutputs also here: the Formgrader shows autograded notebooks as they are stored.
+    RefuseUnsafeSubmission, CopyAllowedFiles, ClearOutput, DeduplicateIds, OverwriteKernelspec,
+    OverwriteCells, CheckCellMetadata]
+# RevealInvisibles and SafeOutputs also here: the Formgrader and JupyterLab show autograded
+# notebooks as they are stored (the Formgrader renders their markdown again, unsanitised).
 c.Autograde.autograde_preprocessors = [
-    SandboxedExecute, TrustedScores, SafeOutputs, IgnorePattern, ClearMetadataPreprocessor,
-    LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
+    SandboxedExecute, RevealInvisibles, TrustedScores, SafeOutputs, IgnorePattern,
+    ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades, AssignLatePenalties,
+    CheckCellMetadata]
 # Limits of each sandboxed kernel (the defaults, src/sandbox.py LIMITS, are stated here).
 c.SandboxedExecute.memory_gb = 4.0  # address space (GiB)
 c.SandboxedExecute.processes = 256  # tasks, threads included
@@ -63,12 +73,16 @@ c.SandboxedExecute.export_kb = 4096  # largest export file the trusted step read
 # Without bubblewrap (macOS, no user namespaces): `make grade UNSAFE=1` sets
 # ATTENTION_UNSAFE_GRADING=1, which runs kernels unsandboxed and says so on every run.
 
-# Files nbgrader never copies from a submission into autograded/ and feedback/: a
-# student's HTML, SVG or JavaScript beside the notebook would open in a browser.
-c.CourseDirectory.ignore = [
-    ".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*.[hH][tT][mM]",
-    "*.[hH][tT][mM][lL]", "*.[xX][hH][tT][mM][lL]", "*.[sS][vV][gG]", "*.[jJ][sS]",
-    "*.[mM][jJ][sS]"]
+# Files of a submission that reach autograded/ and feedback/ beside the notebook: an
+# allow-list, empty by default (only the notebook). A student's HTML, SVG, .shtml, ... beside
+# it would be served by the Formgrader as a page of yours. Patterns are relative to the
+# submission folder, e.g. ["figures/*.png"]; caps per submission: max_files, max_kb.
+c.CopyAllowedFiles.patterns = []
+c.CopyAllowedFiles.max_files = 20
+c.CopyAllowedFiles.max_kb = 4096
+# nbgrader itself copies nothing of a submission or an autograded folder (copy_ignore).
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback",
+                            *copy_ignore(course_dir())]
 # Not needed here (no JupyterHub exchange); kept inside the course so nothing complains.
 c.Exchange.root = str(course_dir() / "exchange")
 
@@ -78,6 +92,6 @@ c.ClearSolutions.code_stub = {"python": CODE_STUB}
 # Feedback must never show hidden tests (nbgrader #917, #1363).
 # Student output in feedback is kept to text and images, and HTML in markdown is sanitised:
 # no script from a submission runs in the browser that opens the feedback.
-c.GenerateFeedback.preprocessors = [GetGrades, StripHiddenTests, SafeOutputs,
+c.GenerateFeedback.preprocessors = [GetGrades, StripHiddenTests, SafeOutputs, CopyAllowedFiles,
                                     CSSHTMLHeaderPreprocessor]
 c.HTMLExporter.sanitize_html = True

@@ -190,17 +190,38 @@ _BOILERPLATE = ("Please see the", "There was an error processing assignment",
                 "Traceback (most recent call last)")
 
 
-def log_reason(text: str) -> str:
-    """The last exception message in an nbgrader log (``Name: message``), else its last
-    ERROR line that says something."""
+def _traceback_ends(text: str) -> list[tuple[str, str]]:
+    """(exception name, message) of each traceback in ``text``: the first line after the
+    frames at the indentation of its "Traceback" line, whatever the exception's name."""
     import re
 
-    errors = [(name, message) for name, message in re.findall(
-        r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", text, re.M)
-        if name != "NbGraderException" and not any(b in message for b in _BOILERPLATE)]
+    lines, out = text.splitlines(), []
+    for i, line in enumerate(lines):
+        if line.strip() != "Traceback (most recent call last):":
+            continue
+        indent = len(line) - len(line.lstrip())
+        for later in lines[i + 1:]:
+            if later.strip() and len(later) - len(later.lstrip()) <= indent:
+                m = re.match(r"\s*(?:[\w.]+\.)?(\w+)(?::\s?(.*))?$", later)
+                if m:
+                    out.append((m.group(1), (m.group(2) or "").strip()))
+                break
+    return out
+
+
+def log_reason(text: str) -> str:
+    """The last exception message in an nbgrader log (``Name: message``, whatever the
+    exception's name), else its last ERROR line that says something."""
+    import re
+
+    def useful(error):
+        return error[0] != "NbGraderException" and not any(b in error[1] for b in _BOILERPLATE)
+
+    errors = [e for e in _traceback_ends(text) if useful(e)] or [e for e in re.findall(
+        r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", text, re.M) if useful(e)]
     if errors:
         name, message = errors[-1]
-        return f"{message.strip()[:300]} ({name})"
+        return f"{message.strip()[:300]} ({name})" if message.strip() else name
     lines = [ln.strip() for ln in text.splitlines()
              if ("ERROR" in ln or "Error" in ln) and not any(b in ln for b in _BOILERPLATE)]
     return lines[-1][:300] if lines else "nbgrader could not grade it (see its log)"
@@ -220,6 +241,8 @@ class StudentResult:
     #: {grade cell: (shown in the notebook, verified)} where the two differ
     mismatches: dict = field(default_factory=dict)
     stopped: str | None = None  # why later cells were not run, if they were not
+    #: what the instructor should know (invisible characters, limits that bit)
+    notes: list = field(default_factory=list)
 
 
 @dataclass
@@ -250,6 +273,10 @@ class GradeReport:
             parts.append("score shown in the notebook differs from the verified one: " + "; ".join(
                 f"{r.student} (shown {r.shown:g}/{r.max_score:g}, verified {r.score:g}/"
                 f"{r.max_score:g})" for r in differ))
+        noted = [r for r in self.results if r.notes]
+        if noted:
+            parts.append("notes: " + "; ".join(f"{r.student} ({'; '.join(r.notes)})"
+                                              for r in noted))
         parts += self.warnings
         return " | ".join(parts)
 
@@ -459,6 +486,7 @@ def grade(jobs: int = 0, timeout: int | None = None, memory_gb: float | None = N
             trusted = _trusted_report(r.student)
             cells = trusted.get("cells", [])
             r.stopped = trusted.get("stopped")
+            r.notes = list(trusted.get("notes", []))
             r.mismatches = {c["cell"]: (c["shown"], c["verified"]) for c in cells
                             if c["shown"] is not None and abs(c["shown"] - c["verified"]) > 1e-9}
             r.shown = sum(c["shown"] or 0.0 for c in cells)

@@ -20,16 +20,21 @@ printed. Here (see README, "For instructors"):
    included) and replaces each test cell's outputs with the trusted result, so
    the gradebook never takes a number the kernel printed. Where the kernel
    showed another score, the instructor is told ("shown 9/9, verified 0/9").
-4. :class:`SafeOutputs` (feedback) keeps only inert output types.
+4. :class:`RevealInvisibles` shows bidi and invisible format characters as
+   ``⟦U+202E⟧`` in the stored notebook and names them in the report.
+5. :class:`SafeOutputs` (autograde and feedback) keeps only inert output types
+   and stores markdown in a form no later render revives (src/safe_html.py).
 
 Shape legend: not applicable (no tensors here).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import io
 import json
 import os
+import shutil
 import stat
 import sys
 import time
@@ -41,8 +46,9 @@ from jupyter_core.utils import run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.v4 import new_output
 from nbgrader.preprocessors import ClearHiddenTests, Execute, NbGraderPreprocessor
-from traitlets import Bool, Float, Integer
+from traitlets import Bool, Float, Integer, List, Unicode
 
+from src import safe_html
 from src import sandbox as sb
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,6 +134,62 @@ class RefuseUnsafeSubmission(NbGraderPreprocessor):
                                 "edited")
         if problems:
             raise GradingError("refused: " + "; ".join(problems))
+        return nb, resources
+
+
+# ------------------------------------------------------------- copied files
+def copy_ignore(root: Path) -> list[str]:
+    """``CourseDirectory.ignore`` entries under which nbgrader copies nothing of a
+    submission (into autograded/) or of an autograded folder (into feedback/) but the
+    notebooks it converts: each names the folders themselves (nbgrader's walk then skips
+    them whole, in one glob, however many files they hold). :class:`CopyAllowedFiles`
+    brings what the instructor allows."""
+    import glob as globmod
+
+    base = globmod.escape(str(root))
+    return [f"{base}/{folder}/{student}/{assignment}" for folder in ("submitted", "autograded")
+            for student in ("*", ".*") for assignment in ("*", ".*")]
+
+
+#: Where the files beside a notebook go, by the folder nbgrader converts from.
+_COPY_INTO = {"submitted": "autograded", "autograded": "feedback"}
+
+
+class CopyAllowedFiles(NbGraderPreprocessor):
+    """Sanitizing (autograde) and feedback step: copy the files beside the notebook that
+    ``patterns`` allow (an allow-list; empty by default, nbgrader_config.py) from the
+    submission into autograded/, and from there into feedback/. Regular files only, at
+    most ``max_files`` files and ``max_kb`` KiB in all; the rest is left behind, logged."""
+
+    patterns = List(Unicode(), [], help="fnmatch patterns of paths relative to the "
+                    "submission folder (e.g. 'figures/*.png')").tag(config=True)
+    max_files = Integer(20, help="files copied per submission at most").tag(config=True)
+    max_kb = Integer(4096, help="KiB copied per submission at most").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        if not self.patterns:
+            return nb, resources
+        folder = Path(resources.get("metadata", {}).get("path", "."))
+        into = _COPY_INTO.get(folder.parent.parent.name)
+        if into is None:
+            return nb, resources
+        dest = folder.parent.parent.parent / into / folder.parent.name / folder.name
+        budget, count = self.max_kb * 1024, 0
+        for path in sorted(folder.rglob("*")):
+            rel = path.relative_to(folder).as_posix()
+            if (path.is_symlink() or not path.is_file() or rel.endswith(".ipynb")
+                    or not any(fnmatch.fnmatch(rel, p) for p in self.patterns)):
+                continue
+            size = path.stat().st_size
+            if count >= self.max_files or size > budget:
+                self.log.warning("not copied: %s (over %d files or %d KiB, "
+                                 "CopyAllowedFiles.max_files/max_kb)", rel, self.max_files,
+                                 self.max_kb)
+                continue
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target, follow_symlinks=False)
+            budget, count = budget - size, count + 1
         return nb, resources
 
 
@@ -469,47 +531,82 @@ class TrustedScores(NbGraderPreprocessor):
             if report.exists() or report.is_symlink():
                 report.unlink()
             report.write_text(json.dumps({"student": student, "cells": rows,
-                                          "stopped": state["stopped"]}, indent=1))
+                                          "stopped": state["stopped"],
+                                          "notes": state.get("notes", [])}, indent=1))
 
 
 # ------------------------------------------------------------------ feedback
-#: HTML a markdown cell may keep in feedback (the lesson's hints use details/summary).
-SAFE_TAGS = ("a", "abbr", "b", "blockquote", "br", "code", "details", "div", "em", "h1", "h2",
-             "h3", "h4", "i", "img", "li", "ol", "p", "pre", "span", "strong", "sub", "summary",
-             "sup", "table", "tbody", "td", "th", "thead", "tr", "ul")
-SAFE_ATTRIBUTES = {"a": ["href", "title"], "img": ["src", "alt"], "*": ["class"]}
+#: HTML a markdown cell may keep (src/safe_html.py: the lesson's hints use details/summary).
+SAFE_TAGS = tuple(sorted(safe_html.TAGS))
 
 
-def safe_markdown(source: str) -> str:
-    """Markdown rendered to HTML, then cleaned: no script, event handler, or link to
-    anything but http(s)/mailto, whatever markdown or HTML syntax produced it."""
-    import bleach
-    from nbconvert.filters.markdown import markdown2html
+def safe_markdown(source: str, attachments=None) -> str:
+    """A markdown cell in the inert form that autograded notebooks store (src/safe_html.py):
+    no script, event handler, class, style, id, remote image, or link to anything but
+    http(s)/mailto, whatever markdown or HTML syntax produced it, and nothing a second
+    markdown render can revive."""
+    return safe_html.stored_markdown(source, attachments)
 
-    return bleach.clean(markdown2html(source), tags=SAFE_TAGS, attributes=SAFE_ATTRIBUTES,
-                        protocols=("http", "https", "mailto"), strip=False)
+
+def _safe_output(out) -> dict | None:
+    """A copy of one output with only inert, well-formed fields (the template puts some of
+    them into attributes), or None when nothing of it may be shown."""
+    kind = out.get("output_type")
+    if kind == "stream":
+        name = out.get("name") if out.get("name") in ("stdout", "stderr") else "stdout"
+        return new_output("stream", name=name, text=str(out.get("text", "")))
+    if kind == "error":
+        return new_output("error", ename=str(out.get("ename", "")),
+                          evalue=str(out.get("evalue", "")),
+                          traceback=[str(t) for t in out.get("traceback", [])])
+    if kind not in ("display_data", "execute_result"):
+        return None
+    data = {}
+    for mime, value in out.get("data", {}).items():
+        if mime == "text/plain":
+            data[mime] = value if isinstance(value, str) else "".join(map(str, value))
+        elif mime in SAFE_MIME and isinstance(value, str) and safe_html.raster_ok(mime, value):
+            data[mime] = "".join(value.split())
+    if not data:
+        return None
+    if kind == "execute_result":
+        count = out.get("execution_count")
+        return new_output(kind, data=data,
+                          execution_count=count if isinstance(count, int) else None)
+    return new_output(kind, data=data)
 
 
 class SafeOutputs(NbGraderPreprocessor):
-    """Feedback step: keep only inert outputs (no HTML, JavaScript, SVG or widgets) and
-    sanitise the HTML in markdown cells (nbgrader's feedback template does not)."""
+    """Autograde and feedback step: keep only inert outputs (text, real PNG/JPEG; no HTML,
+    JavaScript, SVG or widgets) and store markdown and raw cells in the inert form of
+    src/safe_html.py (the Formgrader renders stored markdown again, unsanitised)."""
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type == "markdown":
-            cell.source = safe_markdown(cell.source)
+            cell.source = safe_markdown(cell.source, cell.get("attachments"))
         elif cell.cell_type == "raw":  # raw cells pass HTML through untouched: drop the type
             cell.metadata.pop("raw_mimetype", None)
             cell.metadata.pop("format", None)
+            if not safe_html.is_stored_form(cell.source):
+                cell.source = safe_html.inert_text(cell.source)
         if cell.cell_type == "code":
-            kept = []
-            for out in cell.get("outputs", []):
-                if "data" in out:
-                    out["data"] = {k: v for k, v in out["data"].items() if k in SAFE_MIME}
-                    out["metadata"] = {}
-                    if not out["data"]:
-                        continue
-                kept.append(out)
-            cell.outputs = kept
-        cell.pop("attachments", None)
+            cell.outputs = [o for o in map(_safe_output, cell.get("outputs", [])) if o]
+        cell.pop("attachments", None)  # safe images are inlined in the markdown
         return cell, resources
 
+
+class RevealInvisibles(NbGraderPreprocessor):
+    """Autograde step: bidi controls and invisible format characters in a cell (code that
+    displays differently from how it runs, "Trojan Source") are shown as ``⟦U+202E⟧`` in
+    the stored notebook, after the kernel ran it, and named in grading_report.json."""
+
+    def preprocess(self, nb, resources):
+        notes = []
+        for index, cell in enumerate(nb.cells):
+            cell.source, found = safe_html.reveal_invisibles(cell.source)
+            if found:
+                notes.append(f"cell #{index} ({cell.cell_type}) holds invisible or "
+                             f"bidirectional characters, now shown as \u27e6U+....\u27e7: "
+                             f"{', '.join(found)}")
+        resources.setdefault(_KEY, {}).setdefault("notes", []).extend(notes)
+        return nb, resources

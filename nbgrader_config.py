@@ -9,6 +9,7 @@ ROOT = Path(__file__).resolve().parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import nbgrader  # noqa: E402
 from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor  # noqa: E402,E501
 from nbgrader.preprocessors import (  # noqa: E402
     AssignLatePenalties,
@@ -95,3 +96,9 @@ c.ClearSolutions.code_stub = {"python": CODE_STUB}
 c.GenerateFeedback.preprocessors = [GetGrades, StripHiddenTests, SafeOutputs, CopyAllowedFiles,
                                     CSSHTMLHeaderPreprocessor]
 c.HTMLExporter.sanitize_html = True
+# ...and loads no script from another origin (nbconvert's pages take MathJax from a CDN):
+# src/templates/base/mathjax.html.j2 is found before nbconvert's and loads nothing, so math
+# shows as TeX. nbgrader's own templates come next, as GenerateFeedback sets them.
+c.HTMLExporter.extra_template_basedirs = [
+    str(ROOT / "src" / "templates"),
+    str(Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates")]

@@ -184,6 +184,7 @@ def write_submissions(cases, base: Path | None = None) -> list[str]:
         else:
             target.write_text(case["nb"], encoding="utf-8")
         for name, text in case.get("extra", {}).items():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
             (folder / name).write_text(text, encoding="utf-8")
         for name, link in case.get("symlinks", {}).items():
             (folder / name).symlink_to(link)

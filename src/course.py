@@ -367,7 +367,7 @@ def _run_workers(students, jobs, init_args, deadline, on_done):
     import tempfile
     from multiprocessing.connection import wait
 
-    from src import sandbox  # noqa: F401  (its uid lock directory is fixed before the fork)
+    from src import sandbox
 
     ctx = multiprocessing.get_context("fork")  # inherits the imported nbgrader (~5 s)
     pending, running, scratch = list(students), {}, {}
@@ -402,6 +402,7 @@ def _run_workers(students, jobs, init_args, deadline, on_done):
             if outcome is not None:
                 proc.join(5)
                 recv.close()
+                sandbox.remove_ipc_dirs(scratch[student])  # a killed worker leaves them
                 shutil.rmtree(scratch.pop(student), ignore_errors=True)
                 del running[student]
                 on_done(*outcome)

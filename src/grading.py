@@ -294,6 +294,7 @@ class SandboxedExecute(Execute):
         self._state = {"exports": {}, "shown": {}, "stopped": None}
         self._start = time.monotonic()
         self._out_bytes = {}
+        self._ran = False  # a cell has run: the kernel did start
         self.timeout_func = self._cell_timeout
         hidden = ClearHiddenTests()
         for cell in nb.cells:
@@ -303,6 +304,8 @@ class SandboxedExecute(Execute):
                 cell.source = export_source(gid, self._box.export_path) + cell.source
         try:
             nb, resources = super().preprocess(nb, resources, km)
+        except Exception as exc:
+            raise self._start_failure(exc) or exc
         finally:
             self._box.cleanup()
         for cell in nb.cells:  # the feedback shows the test cell as the student knows it
@@ -310,6 +313,14 @@ class SandboxedExecute(Execute):
                 cell.source = cell.source.split("\n", 1)[1]
         resources[_KEY] = self._state
         return nb, resources
+
+    def _start_failure(self, exc) -> GradingError | None:
+        """The reason a kernel could not start, with the tail of its stderr (else None)."""
+        if self._ran or "Kernel died before replying" not in f"{type(exc).__name__} {exc}":
+            return None
+        tail = self._box.stderr_tail()
+        return GradingError(f"the kernel could not start ({exc}); its stderr ends: "
+                            f"{tail[-600:] or '(nothing)'}")
 
     def _grade_id(self, cell):
         md = cell.metadata.get("nbgrader", {})
@@ -345,6 +356,7 @@ class SandboxedExecute(Execute):
             except (FileNotFoundError, IsADirectoryError, PermissionError):
                 pass
         limit, started = self._cell_timeout(cell), time.monotonic()
+        self._ran = True
         try:
             cell = await super().async_execute_cell(cell, cell_index, execution_count,
                                                     store_history)

@@ -61,7 +61,40 @@ LIMITS = Limits()
 # First uid of the per-sandbox uids used when grading as root (far above any account).
 _UID_BASE = 1 << 20
 _UID_SLOTS = 4096
-_LOCK_DIR = Path(tempfile.gettempdir()) / "attention-sandbox-uids"
+# One fixed place for the uid locks, whatever $TMPDIR is: two grading runs with different
+# TMPDIRs must never share a uid (and so one process budget). Used as root only.
+_LOCK_DIR = Path("/run/attention-sandbox-uids")
+# The kernels' IPC sockets: a Unix socket path holds at most 107 bytes, so they live in a
+# short fixed place, never under $TMPDIR (/tmp/attention-ipc-<uid>/<sandbox>/kernel-<port>).
+_IPC_BASE = Path("/tmp") / f"attention-ipc-{os.getuid()}"
+#: Tail of a kernel's stderr kept for the reason it could not start (bytes).
+STDERR_TAIL = 1500
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory of this user's alone (created 0700), refusing a symlink or a
+    directory someone else made (a shared /tmp). Raises SandboxUnavailableError."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as exc:
+        raise SandboxUnavailableError(f"cannot create {path}: {exc.strerror}") from None
+    if os.path.islink(path) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise SandboxUnavailableError(f"{path} is not a private directory of uid "
+                                      f"{os.getuid()} (owner {st.st_uid}, mode "
+                                      f"{oct(st.st_mode & 0o777)}); remove it")
+    return path
+
+
+def ipc_dir_for(root: Path) -> Path:
+    """The short directory holding the IPC sockets of the sandbox at ``root``."""
+    return _IPC_BASE / root.name
+
+
+def remove_ipc_dirs(scratch) -> None:
+    """Remove the IPC directories of every sandbox under ``scratch`` (a worker that died)."""
+    for root in Path(scratch).glob("attention-grading-*"):
+        shutil.rmtree(ipc_dir_for(root), ignore_errors=True)
 
 # Runs inside the sandbox before the kernel: drop to the sandbox's uid (root only),
 # set the limits, then exec the kernel. RLIMIT_NPROC counts per user namespace (or per
@@ -148,12 +181,37 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def _hidden_roots() -> list[Path]:
+    """What a directory bound into the sandbox must never contain or lie in: the
+    repository (solutions, nbgrader_config.py) and the course (gradebook, submissions)."""
+    from src.course import ROOT, course_dir
+
+    return [ROOT.resolve(), course_dir()]
+
+
+def _import_paths() -> list[str]:
+    """Every directory on the grader's ``sys.path`` (site-packages, directories a ``.pth``
+    adds, the user site, editable installs) but those that would show the repository or
+    the course: the kernel must import what the grader's Python imports."""
+    hidden, out = _hidden_roots(), []
+    for entry in sys.path:
+        if not entry or not os.path.exists(entry):
+            continue
+        p = Path(entry).resolve()
+        if any(h == p or h.is_relative_to(p) for h in hidden) or p.is_relative_to(hidden[1]):
+            continue
+        out.append(str(p))
+    return out
+
+
 def _system_paths() -> list[str]:
-    """What the kernel needs to run Python: interpreter, environment, libraries."""
+    """What the kernel needs to run Python: interpreter, environment, libraries, and every
+    directory the grader's Python imports from."""
     paths = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
              "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
              "/etc/fonts", "/etc/localtime", sys.base_prefix, sys.prefix,
-             str(Path(sys.executable).resolve().parent.parent)]
+             str(Path(sys.executable).resolve().parent.parent), *_import_paths()]
+    paths.sort(key=lambda p: len(PurePosixPath(p).parts))  # parents first: one bind each
     out = []
     for p in paths:
         if os.path.exists(p) and p not in out and not any(
@@ -169,7 +227,7 @@ class _UidSlot:
         self.uid, self._fd = -1, None
         if os.getuid() != 0:
             return  # bwrap maps the caller's uid in a user namespace of its own
-        _LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
+        private_dir(_LOCK_DIR)
         for i in range(_UID_SLOTS):
             fd = os.open(_LOCK_DIR / str(i), os.O_CREAT | os.O_RDWR, 0o600)
             try:
@@ -199,8 +257,10 @@ class Sandbox:
         self.shipped = {name: Path(p).resolve() for name, p in shipped.items()}
         self.root = Path(tempfile.mkdtemp(prefix="attention-grading-"))  # mode 0700
         self.export_dir = self.root / "export"
-        self.run_dir = self.root / "run"
+        self.run_dir = ipc_dir_for(self.root)
         self.home = self.root / "home"  # the unsandboxed kernel's cwd (UNSAFE)
+        self.stderr_path = self.root / "kernel-stderr.log"
+        private_dir(_IPC_BASE)
         for d in (self.export_dir, self.run_dir, self.home):
             d.mkdir()
         self._slot = _UidSlot() if enabled else None
@@ -272,11 +332,25 @@ class Sandbox:
             args += ["--seccomp", str(seccomp_fd)]
         return args + ["--chdir", WORKDIR, "--"] + launcher + kernel_cmd
 
+    def stderr_tail(self, limit: int = STDERR_TAIL) -> str:
+        """The last ``limit`` bytes of what the kernel wrote to its stderr, one line."""
+        try:
+            with open(self.stderr_path, "rb") as fh:
+                fh.seek(max(0, os.fstat(fh.fileno()).st_size - limit))
+                text = fh.read(limit).decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return " | ".join(ln.strip() for ln in text.splitlines() if ln.strip())
+
     def cleanup(self):
+        if getattr(self, "_stderr", None) is not None:
+            self._stderr.close()
+            self._stderr = None
         if getattr(self, "_seccomp", None) is not None:
             os.close(self._seccomp)
             self._seccomp = None
         shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(self.run_dir, ignore_errors=True)
         if self._slot:
             self._slot.release()
 
@@ -312,8 +386,13 @@ class SandboxKernelManager(AsyncKernelManager):
         self.kernel_spec.interrupt_mode = "message"
         # bwrap starts in the sandbox's own directory; --chdir moves the kernel to WORKDIR.
         kw["cwd"] = str(box.root if box.enabled else box.home)
-        # The kernel's own stdout/stderr never reach the grader's terminal or pipe.
-        kw["stdout"] = kw["stderr"] = subprocess.DEVNULL
+        # The kernel's own stdout/stderr never reach the grader's terminal or pipe; its
+        # stderr goes to a file (capped by the sandbox's file-size limit) whose tail names
+        # why a kernel could not start.
+        kw["stdout"] = subprocess.DEVNULL
+        if getattr(box, "_stderr", None) is None:
+            box._stderr = open(box.stderr_path, "ab")
+        kw["stderr"] = box._stderr
         kw["stdin"] = subprocess.DEVNULL
         cmd, kw = await super()._async_pre_start_kernel(**kw)
         if box.uid >= 0:

@@ -418,3 +418,69 @@ def test_limits_are_stated_in_nbgrader_config():
     for name in ("memory_gb", "processes", "file_mb", "tmp_mb", "notebook_seconds",
                  "output_kb", "export_kb"):
         assert config.SandboxedExecute[name] == getattr(lim, name), name
+
+
+# ------------------------------------------------- honest environments and reasons
+LONG_TMPDIR_CHARS = 100  # the issue's figure: 35 characters already broke every kernel
+PTH_PROBE = r'''
+import os, sys, tempfile
+sys.path.insert(0, {root!r})
+import nbformat
+from nbclient import NotebookClient
+from src import sandbox
+assert len(tempfile.gettempdir()) >= {chars}, tempfile.gettempdir()
+box = sandbox.Sandbox({{n: os.path.join({root!r}, n) for n in ("verify.py", "src", "data")}})
+class Manager(sandbox.SandboxKernelManager):
+    sandbox = box
+nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+    "import numpy, sys\nprint('numpy from', numpy.__file__)")])
+nb.metadata["kernelspec"] = {{"name": "python3", "display_name": "Python 3"}}
+try:
+    NotebookClient(nb, kernel_manager_class=Manager, timeout=60).execute()
+finally:
+    box.cleanup()
+print(nb.cells[0].outputs[0]["text"], end="")
+'''
+
+
+@needs_bwrap
+def test_a_kernel_imports_from_pth_added_directories_whatever_tmpdir_is(tmp_path):
+    """An environment whose packages all come through a .pth file (they lie outside its
+    prefix), graded with a 100-character TMPDIR: the kernel starts and imports them."""
+    import sysconfig
+    import venv
+
+    env = tmp_path / "env"
+    venv.EnvBuilder(with_pip=False).create(env)
+    site = next(env.glob("lib/python3*/site-packages"))
+    (site / "course-packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    tmpdir = tmp_path / ("t" * (LONG_TMPDIR_CHARS - len(str(tmp_path)) - 1))
+    tmpdir.mkdir()
+    assert len(str(tmpdir)) == LONG_TMPDIR_CHARS
+    code = PTH_PROBE.format(root=str(ROOT), chars=LONG_TMPDIR_CHARS)
+    res = subprocess.run([str(env / "bin" / "python"), "-c", code], capture_output=True,
+                         text=True, timeout=180, env=dict(os.environ, TMPDIR=str(tmpdir)))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.startswith("numpy from " + sysconfig.get_paths()["purelib"]), res.stdout
+    assert list(tmpdir.iterdir()) == []  # the sandbox's files were removed
+
+
+@needs_bwrap
+def test_a_kernel_that_cannot_start_is_reported_with_its_stderr(tmp_path, monkeypatch):
+    spec = tmp_path / "kernels" / "broken"
+    spec.mkdir(parents=True)
+    crash = ("import sys; sys.stderr.write('Traceback (most recent call last):\\n"
+             "ImportError: libzmq.so.5: cannot open shared object file\\n'); sys.exit(3)")
+    (spec / "kernel.json").write_text(__import__("json").dumps({
+        "argv": [sys.executable, "-c", crash, "{connection_file}"],
+        "display_name": "broken", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")])
+    nb.metadata["kernelspec"] = {"name": "broken", "display_name": "broken"}
+    step = grading.SandboxedExecute(timeout=10, startup_timeout=30)
+    with pytest.raises(grading.GradingError) as info:
+        step.preprocess(nb, {"nbgrader": {"assignment": "attention"},
+                             "metadata": {"path": str(tmp_path)}})
+    message = str(info.value)
+    assert message.startswith("the kernel could not start (Kernel died before replying")
+    assert message.endswith("ImportError: libzmq.so.5: cannot open shared object file")

@@ -68,9 +68,24 @@ c.SandboxedExecute.memory_gb = 4.0  # address space (GiB)
 c.SandboxedExecute.processes = 256  # tasks, threads included
 c.SandboxedExecute.file_mb = 64  # largest file written (MiB)
 c.SandboxedExecute.tmp_mb = 256  # /tmp and the working directory, each (MiB)
-c.SandboxedExecute.notebook_seconds = int(os.environ.get("ATTENTION_NOTEBOOK_BUDGET", "300"))
+# Whole notebook (wall clock): budget_factor x the reference run that `make release` times
+# in the sandbox (about 5 s here), never under budget_floor, never over notebook_seconds.
+# Later cells of a notebook past it score 0; the summary says "stopped early" and why.
+c.SandboxedExecute.notebook_seconds = int(os.environ.get("ATTENTION_NOTEBOOK_BUDGET", "60"))
+c.SandboxedExecute.budget_factor = 8.0
+c.SandboxedExecute.budget_floor = 30
 c.SandboxedExecute.output_kb = 512  # stored output per cell (KiB); more is cut with a note
 c.SandboxedExecute.export_kb = 4096  # largest export file the trusted step reads (KiB)
+# Everything a kernel can write is bounded: /tmp, its working directory and /dev/shm are
+# tmpfs of tmp_mb each; in /grading only its export files (file_mb each); its IPC directory
+# takes no new file once the kernel has started (Limits.write_mb states the sum).
+# A submission over these caps is refused with the reason, before its kernel starts.
+c.RefuseUnsafeSubmission.max_notebook_mb = 20  # notebook file (MB)
+c.RefuseUnsafeSubmission.max_cells = 400  # cells in the notebook
+# Each grading (and feedback) process: an address-space limit, and a deadline per student
+# for `make feedback` (a grading process's deadline is the notebook's budget + 150 s).
+c.Grading.worker_memory_gb = 4.0
+c.Grading.feedback_seconds = 60
 # Without bubblewrap (macOS, no user namespaces): `make grade UNSAFE=1` sets
 # ATTENTION_UNSAFE_GRADING=1, which runs kernels unsandboxed and says so on every run.
 

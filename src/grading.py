@@ -116,15 +116,42 @@ def lookalike_groups(students) -> list[list[str]]:
     return [sorted(g) for g in groups.values() if len(g) > 1]
 
 
+def notebook_size_problem(path: Path, cap_mb: int) -> str | None:
+    """Why the notebook at ``path`` is too big to grade, or None (read before parsing it:
+    a 120 MB notebook grows its grading process by half a gigabyte)."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return None
+    if size > cap_mb * 10**6:
+        return (f"{path.name} is {size / 10**6:.1f} MB, over the cap of {cap_mb} MB "
+                "(c.RefuseUnsafeSubmission.max_notebook_mb)")
+    return None
+
+
 class RefuseUnsafeSubmission(NbGraderPreprocessor):
-    """Sanitizing step: a submission with a symlink, a special file or an id that is a
-    pattern is refused with the reason (nbgrader then reports the student as failed)."""
+    """Sanitizing step: a submission with a symlink, a special file, an id that is a
+    pattern, or a notebook over the size or cell caps is refused with the reason (nbgrader
+    then reports the student as failed)."""
+
+    max_notebook_mb = Integer(sb.LIMITS.notebook_mb, help="largest notebook file graded "
+                              "(MB)").tag(config=True)
+    max_cells = Integer(sb.LIMITS.max_cells, help="most cells a graded notebook may have"
+                        ).tag(config=True)
 
     def preprocess(self, nb, resources):
         info = resources.get("nbgrader", {})
-        folder = Path(resources.get("metadata", {}).get("path", "."))
+        meta = resources.get("metadata", {})
+        folder = Path(meta.get("path", "."))
         problem = id_problem(info.get("student", ""))
         problems = ([problem] if problem else []) + submission_problems(folder)
+        size = notebook_size_problem(folder / f"{meta.get('name', '')}.ipynb",
+                                     self.max_notebook_mb)
+        if size:
+            problems.append(size)
+        if len(nb.cells) > self.max_cells:
+            problems.append(f"the notebook has {len(nb.cells)} cells, over the cap of "
+                            f"{self.max_cells} (c.RefuseUnsafeSubmission.max_cells)")
         for index, cell in enumerate(nb.cells):
             md = cell.get("metadata", {}).get("nbgrader")
             if md and not (isinstance(md, dict) and md.get("grade_id")):
@@ -217,6 +244,8 @@ def read_export(directory: Path, name: str, cap_bytes: int) -> dict:
             st = os.fstat(fh.fileno())
             if not stat.S_ISREG(st.st_mode):
                 raise GradingError("export is not a regular file")
+            if st.st_size == 0:  # emptied before the cell, never written
+                raise GradingError("no data was exported")
             if st.st_size > cap_bytes:
                 raise GradingError(f"export is {st.st_size} bytes, over the cap of {cap_bytes}")
             raw = fh.read(cap_bytes + 1)
@@ -252,7 +281,12 @@ class SandboxedExecute(Execute):
     tmp_mb = Integer(sb.LIMITS.tmp_mb, help="size of /tmp and the working dir (MiB)"
                      ).tag(config=True)
     notebook_seconds = Integer(sb.LIMITS.notebook_seconds,
-                               help="wall-clock budget of a whole notebook").tag(config=True)
+                               help="wall-clock budget of a whole notebook, at most"
+                               ).tag(config=True)
+    budget_factor = Float(sb.LIMITS.budget_factor, help="budget: at most this many times the "
+                          "reference run (course/reference_run.json)").tag(config=True)
+    budget_floor = Integer(sb.LIMITS.budget_floor, help="budget: never less than this (s)"
+                           ).tag(config=True)
     output_kb = Integer(sb.LIMITS.output_kb, help="stored output per cell (KiB)"
                         ).tag(config=True)
     export_kb = Integer(sb.LIMITS.export_kb, help="largest export read (KiB)").tag(config=True)
@@ -267,7 +301,9 @@ class SandboxedExecute(Execute):
     def limits(self) -> sb.Limits:
         return sb.Limits(memory_gb=self.memory_gb, processes=self.processes,
                          file_mb=self.file_mb, tmp_mb=self.tmp_mb, cell_timeout=self.timeout,
-                         notebook_seconds=self.notebook_seconds, output_kb=self.output_kb,
+                         notebook_seconds=self.notebook_seconds,
+                         budget_factor=self.budget_factor, budget_floor=self.budget_floor,
+                         output_kb=self.output_kb,
                          export_kb=self.export_kb)
 
     def _shipped(self, resources) -> dict:
@@ -290,9 +326,11 @@ class SandboxedExecute(Execute):
                 raise GradingError(f"cannot sandbox the kernel: {reason}")
         verify = _verify()
         self._cells = verify.GRADE_CELLS
-        self._box = sb.Sandbox(self._shipped(resources), self.limits(), enabled=not self.unsafe)
+        self._box = sb.Sandbox(self._shipped(resources), self.limits(), enabled=not self.unsafe,
+                               export_names=[f"{gid}.npz" for gid in self._cells])
         self._state = {"exports": {}, "shown": {}, "stopped": None}
         self._start = time.monotonic()
+        self._budget, self._budget_why = budget_of(self.limits())
         self._out_bytes = {}
         self._ran = False  # a cell has run: the kernel did start
         self.timeout_func = self._cell_timeout
@@ -327,13 +365,20 @@ class SandboxedExecute(Execute):
         gid = md.get("grade_id")
         return gid if cell.cell_type == "code" and md.get("grade") and gid in self._cells else None
 
+    async def async_start_new_kernel_client(self):
+        kc = await super().async_start_new_kernel_client()
+        self._box.seal_run_dir()  # its sockets are bound: nothing more to write there
+        return kc
+
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
     def create_kernel_manager(self):
         km = super().create_kernel_manager()
         km.sandbox = self._box
         return km
 
     def _remaining(self) -> float:
-        return self.notebook_seconds - (time.monotonic() - self._start)
+        return self._budget - (time.monotonic() - self._start)
 
     def _cell_timeout(self, cell):
         return max(1, int(min(self.timeout or 1e9, self._remaining())))
@@ -343,18 +388,15 @@ class SandboxedExecute(Execute):
         if cell.cell_type != "code" or not cell.source.strip():
             return cell
         if self._state["stopped"] is None and self._remaining() <= 0:
-            self._state["stopped"] = (f"the notebook used up its {self.notebook_seconds} s "
-                                      "budget")
+            self._state["stopped"] = (f"the notebook used up its {self._budget} s budget "
+                                      f"({self._budget_why})")
         if self._state["stopped"]:
             cell.outputs = [_error("NotRun", f"not run: {self._state['stopped']}")]
             return cell
         gid = self._grade_id(cell)
         name = f"{gid}.npz" if gid else None
         if name:  # only what this cell writes counts
-            try:
-                os.unlink(self._box.export_dir / name)
-            except (FileNotFoundError, IsADirectoryError, PermissionError):
-                pass
+            self._box.clear_export(name)
         limit, started = self._cell_timeout(cell), time.monotonic()
         self._ran = True
         try:
@@ -412,6 +454,22 @@ class SandboxedExecute(Execute):
             outs.append(note)
             return note
         return super().output(outs, msg, display_id, cell_index)
+
+
+def budget_of(limits: sb.Limits) -> tuple[int, str]:
+    """(seconds, how they were set) of a whole notebook's budget, from the reference run
+    that `make release` measured (src.course.reference_seconds)."""
+    from src.course import reference_seconds
+
+    ref = reference_seconds()
+    seconds = limits.budget(ref)
+    if ref is None:
+        how = ("c.SandboxedExecute.notebook_seconds; no reference run was measured: "
+               "run `make release`")
+    else:
+        how = (f"{limits.budget_factor:g} x the reference run's {ref:.1f} s, between "
+               f"{limits.budget_floor} and {limits.notebook_seconds} s")
+    return seconds, how
 
 
 def _error(ename, evalue):

@@ -50,10 +50,29 @@ class Limits:
     file_mb: int = 64  # largest file the kernel may write
     tmp_mb: int = 256  # each of /tmp and the working directory (tmpfs)
     cell_timeout: int = 30  # seconds per cell (c.Execute.timeout)
-    notebook_seconds: int = 300  # wall-clock budget of the whole notebook
+    notebook_seconds: int = 60  # wall-clock budget of the whole notebook, at most
+    budget_factor: float = 8.0  # ... and at most this many times the reference run
+    budget_floor: int = 30  # ... but never less than this (a loaded machine)
     output_kb: int = 512  # stored output per cell; more is cut with a note
     export_kb: int = 4096  # largest export file the trusted step reads
     message_mb: int = 64  # largest message the grader accepts from the kernel
+    notebook_mb: int = 20  # largest notebook file graded
+    max_cells: int = 400  # most cells a graded notebook may have
+    worker_memory_gb: float = 4.0  # address space of each grading process (not its kernel)
+    feedback_seconds: int = 60  # deadline of one student's feedback
+
+    def budget(self, reference_seconds: float | None) -> int:
+        """The whole-notebook budget: ``budget_factor`` times the reference run, between
+        ``budget_floor`` and ``notebook_seconds`` (the cap alone without a reference)."""
+        if not reference_seconds:
+            return self.notebook_seconds
+        derived = max(self.budget_floor, round(self.budget_factor * reference_seconds))
+        return min(self.notebook_seconds, derived)
+
+    def write_mb(self, exports: int) -> int:
+        """Everything a kernel can write, at most: /tmp, its working directory and /dev/shm
+        (size-capped tmpfs), one file per export (file_mb each) and its stderr file."""
+        return 3 * self.tmp_mb + (exports + 1) * self.file_mb
 
 
 LIMITS = Limits()
@@ -252,8 +271,12 @@ class Sandbox:
     ``export_dir`` (host side) is ``/grading`` inside; ``run_dir`` holds the IPC sockets.
     """
 
-    def __init__(self, shipped: dict, limits: Limits = LIMITS, enabled: bool = True):
+    def __init__(self, shipped: dict, limits: Limits = LIMITS, enabled: bool = True,
+                 export_names=()):
         self.limits, self.enabled = limits, enabled
+        #: The only files the kernel may write in /grading (the rest of it is read-only);
+        #: none given: /grading is writable as a whole.
+        self.export_names = tuple(export_names)
         self.shipped = {name: Path(p).resolve() for name, p in shipped.items()}
         self.root = Path(tempfile.mkdtemp(prefix="attention-grading-"))  # mode 0700
         self.export_dir = self.root / "export"
@@ -265,6 +288,10 @@ class Sandbox:
             d.mkdir()
         self._slot = _UidSlot() if enabled else None
         uid = self._slot.uid if self._slot else -1
+        for name in self.export_names:
+            (self.export_dir / name).touch()
+            if uid >= 0:
+                os.chown(self.export_dir / name, uid, uid)
         if uid >= 0:
             for d in (self.root, self.export_dir, self.run_dir):
                 os.chown(d, uid, uid)
@@ -316,7 +343,12 @@ class Sandbox:
         args += _mkdirs(WORKDIR) + ["--perms", "1777", "--size", tmpfs, "--tmpfs", WORKDIR]
         for name, p in self.shipped.items():
             args += ["--ro-bind", str(p), f"{WORKDIR}/{name}"]
-        args += ["--bind", str(self.export_dir), EXPORT_DIR]
+        if self.export_names:  # a quota: only these files, each at most file_mb
+            args += ["--ro-bind", str(self.export_dir), EXPORT_DIR]
+            for name in self.export_names:
+                args += ["--bind", str(self.export_dir / name), f"{EXPORT_DIR}/{name}"]
+        else:
+            args += ["--bind", str(self.export_dir), EXPORT_DIR]
         args += _mkdirs(str(self.run_dir)) + ["--bind", str(self.run_dir), str(self.run_dir)]
         env = {"HOME": "/tmp", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
                "LANG": "C.UTF-8", "MPLCONFIGDIR": "/tmp/matplotlib",
@@ -331,6 +363,28 @@ class Sandbox:
         if seccomp_fd is not None:
             args += ["--seccomp", str(seccomp_fd)]
         return args + ["--chdir", WORKDIR, "--"] + launcher + kernel_cmd
+
+    def clear_export(self, name: str) -> None:
+        """Empty the export file ``name`` before its cell runs (only what the cell writes
+        counts). Bound into the sandbox, the file itself must stay."""
+        try:
+            fd = os.open(self.export_dir / name,
+                         os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK)
+            os.close(fd)
+        except OSError:  # missing, or not a file (UNSAFE): the reader says why
+            pass
+
+    def seal_run_dir(self) -> None:
+        """Once the kernel has bound its sockets: no new file in its IPC directory (it is
+        host disk, outside the tmpfs quotas). Strict when grading as root (the kernel's uid
+        no longer owns it); otherwise the kernel, owner of the directory, could undo it."""
+        for path in (self.run_dir / "kernel.json", self.run_dir):
+            try:
+                if self.uid >= 0:
+                    os.chown(path, os.getuid(), os.getgid(), follow_symlinks=False)
+                os.chmod(path, 0o755 if path.is_dir() else 0o644, follow_symlinks=False)
+            except (OSError, NotImplementedError):
+                pass
 
     def stderr_tail(self, limit: int = STDERR_TAIL) -> str:
         """The last ``limit`` bytes of what the kernel wrote to its stderr, one line."""

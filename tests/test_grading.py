@@ -416,8 +416,16 @@ def test_limits_are_stated_in_nbgrader_config():
     lim = sandbox.LIMITS
     assert config.Execute.timeout == lim.cell_timeout
     for name in ("memory_gb", "processes", "file_mb", "tmp_mb", "notebook_seconds",
-                 "output_kb", "export_kb"):
+                 "budget_factor", "budget_floor", "output_kb", "export_kb"):
         assert config.SandboxedExecute[name] == getattr(lim, name), name
+    assert config.RefuseUnsafeSubmission.max_notebook_mb == lim.notebook_mb
+    assert config.RefuseUnsafeSubmission.max_cells == lim.max_cells
+    assert config.Grading.worker_memory_gb == lim.worker_memory_gb
+    assert config.Grading.feedback_seconds == lim.feedback_seconds
+    # the budget follows the reference run, within its floor and cap
+    assert lim.budget(None) == lim.notebook_seconds == 60
+    assert lim.budget(5.0) == 40 and lim.budget(1.0) == lim.budget_floor
+    assert lim.budget(30.0) == lim.notebook_seconds
 
 
 # ------------------------------------------------- honest environments and reasons

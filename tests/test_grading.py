@@ -492,3 +492,61 @@ def test_a_kernel_that_cannot_start_is_reported_with_its_stderr(tmp_path, monkey
     message = str(info.value)
     assert message.startswith("the kernel could not start (Kernel died before replying")
     assert message.endswith("ImportError: libzmq.so.5: cannot open shared object file")
+
+
+# --------------------------------------------------------- one process, one student
+def _greedy(student, worker_memory_gb):
+    return student, True, f"allocated {len(bytearray(8 * 2**30))}", 0.0
+
+
+def _sleepy(student, worker_memory_gb):
+    import time
+
+    time.sleep(60)
+
+
+def test_each_worker_has_a_memory_limit_and_a_deadline(tmp_path, monkeypatch):
+    """Through the pool `make grade` and `make feedback` use: a process past its memory
+    limit or its deadline fails its own student, with the limit named."""
+    from src import course
+
+    monkeypatch.setenv("ATTENTION_COURSE_DIR", str(tmp_path))
+    outcomes = {}
+
+    def done(student, ok, error, seconds):
+        outcomes[student] = (ok, error)
+
+    course._run_workers(["greedy"], 1, (None, None, 1.0), 120, done, task=_greedy)
+    course._run_workers(["sleepy"], 1, (None, None, 1.0), 2, done, task=_sleepy,
+                        what="feedback")
+    assert outcomes == {
+        "greedy": (False, "the grading process ran out of its 1 GiB (c.Grading.worker_memory_gb)"),
+        "sleepy": (False, "feedback did not finish within 2 s (process stopped)")}
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="uid slots are used when grading as root")
+def test_uid_slots_are_locked_in_one_place_whatever_tmpdir_is(tmp_path):
+    slot = sandbox._UidSlot()
+    try:
+        code = ("import tempfile; from src import sandbox; s = sandbox._UidSlot(); "
+                "print(tempfile.gettempdir(), sandbox._LOCK_DIR, s.uid)")
+        res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60, env=dict(os.environ, TMPDIR=str(tmp_path)))
+        tmp, lock_dir, uid = res.stdout.split()
+    finally:
+        slot.release()
+    assert tmp == str(tmp_path) and lock_dir == str(sandbox._LOCK_DIR)
+    assert not sandbox._LOCK_DIR.is_relative_to(tmp_path)
+    assert int(uid) != slot.uid  # another grading run, another TMPDIR: another uid
+
+
+def test_a_notebook_over_the_size_or_cell_cap_is_refused_with_the_reason(tmp_path):
+    step = grading.RefuseUnsafeSubmission(max_notebook_mb=1, max_cells=3)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("x" * 10**6)] * 4)
+    nbformat.write(nb, tmp_path / "lesson.ipynb")
+    resources = {"nbgrader": {"student": "bob"},
+                 "metadata": {"path": str(tmp_path), "name": "lesson"}}
+    with pytest.raises(grading.GradingError) as info:
+        step.preprocess(nb, resources)
+    assert "lesson.ipynb is 4.0 MB, over the cap of 1 MB" in str(info.value)
+    assert "the notebook has 4 cells, over the cap of 3" in str(info.value)

@@ -307,3 +307,26 @@ TROJAN = ("access_level = 'user'\n"
 ACTIVE_FILES = {name: f"<script>{STEAL}</script>" for name in (
     "notes.shtml", "notes.xht", "notes.xhtml", "notes.htm", "pic.svgz", "notes.mht",
     ".hidden.html", "sub/page.html")}
+#: Nesting that made the sanitiser take 37 s and the feedback 32 s.
+DEEP_NESTING = "<div>" * 20_000 + "deep" + "</div>" * 20_000
+#: Fill every writable place the sandbox has outside its capped tmpfs.
+FILL_DISK = r'''
+import os
+from ipykernel.connect import get_connection_file
+written = {{}}
+targets = {{"grading": "/grading/fill.bin",
+           "export": "/grading/cell7_values_test.npz",
+           "ipc": os.path.join(os.path.dirname(get_connection_file()), "fill.bin")}}
+for where, path in targets.items():
+    written[where] = 0
+    try:
+        with open(path, "ab") as fh:
+            for _ in range(1024):  # 1 GiB
+                fh.write(b"\0" * 2**20)
+                written[where] += 1
+    except OSError as exc:
+        print(where, "stopped:", type(exc).__name__)
+    if written[where] > 64:
+        print("{success} wrote", written[where], "MiB to", path)
+'''
+SLEEPY = "import time\ntime.sleep({seconds})\n"

@@ -124,7 +124,7 @@ def notebook_size_problem(path: Path, cap_mb: int) -> str | None:
     except OSError:
         return None
     if size > cap_mb * 10**6:
-        return (f"{path.name} is {size / 10**6:.1f} MB, over the cap of {cap_mb} MB "
+        return (f"{path.name} is {size:,} bytes, over the cap of {cap_mb} MB "
                 "(c.RefuseUnsafeSubmission.max_notebook_mb)")
     return None
 

@@ -4,12 +4,15 @@ nbgrader runs a student's notebook with the instructor's rights, in the
 instructor's tree. Here each grading kernel runs inside ``bwrap`` (Debian's
 ``bubblewrap``; no images, no daemon) and sees only:
 
-- the Python environment and the system libraries, read-only;
+- the Python environment, the system libraries and every directory on the
+  grader's ``sys.path`` (but the repository and the course), read-only;
 - a private, size-capped working directory (its cwd) holding the
   instructor's shipped ``verify.py``, ``src/`` and ``data/`` read-only;
-- ``/grading`` (writable): where the lesson's test cells export the data
-  that the instructor's process then judges (``src/grading.py``);
-- the directory of its own IPC sockets, and a private ``/tmp``.
+- ``/grading``: where the lesson's test cells export the data that the
+  instructor's process then judges (``src/grading.py``); read-only but for
+  the export files themselves;
+- the directory of its own IPC sockets (short, fixed, never under $TMPDIR;
+  sealed once the kernel has started), and a private ``/tmp``.
 
 Nothing else of the course or the repository exists inside (no ``source/``,
 gradebook, other students, ``nbgrader_config.py``, home directory). It has no

@@ -542,7 +542,8 @@ def test_uid_slots_are_locked_in_one_place_whatever_tmpdir_is(tmp_path):
 
 def test_a_notebook_over_the_size_or_cell_cap_is_refused_with_the_reason(tmp_path):
     step = grading.RefuseUnsafeSubmission(max_notebook_mb=1, max_cells=3)
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("x" * 10**6)] * 4)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("x" * 10**6)
+                                         for _ in range(4)])
     nbformat.write(nb, tmp_path / "lesson.ipynb")
     resources = {"nbgrader": {"student": "bob"},
                  "metadata": {"path": str(tmp_path), "name": "lesson"}}

@@ -280,7 +280,10 @@ def test_stored_markdown_stays_inert_when_the_formgrader_renders_it_again(graded
     page = (_folder("feedback", "xss-second-render") / "lesson.html").read_text()
     for beacon in ("tracker.example", "198.51.100.7"):
         assert not re.search(rf"""src\s*=\s*["'][^"']*{re.escape(beacon)}""", page), beacon
-    assert "Score: 9 / 9" in page and "modal-backdrop" not in page
+    # the banner is there as text; no element wears the page's own classes (Bootstrap's
+    # stylesheet, inlined in the page, names modal-backdrop itself)
+    assert "Score: 9 / 9" in page
+    assert not re.search(r"""class\s*=\s*["'][^"']*(modal-backdrop|navbar-fixed)""", page)
 
 
 def test_a_pasted_picture_is_graded_and_shown_in_the_feedback(graded):
@@ -298,9 +301,10 @@ def test_trojan_source_is_shown_and_named(graded):
     summary = report.summary()
     assert re.search(r"trojan-source \(cell #\d+ \(code\) holds invisible or bidirectional "
                      r"characters.*U\+202E RIGHT-TO-LEFT OVERRIDE", summary), summary
-    for case in cases:  # honest notebooks get no such note
+    for case in cases:  # no other notebook gets such a note
         if not case.get("trojan"):
-            assert f"{case['name']} (cell #" not in summary
+            assert not re.search(rf"{re.escape(case['name'])} \(cell #\d+ \(\w+\) holds "
+                                 "invisible", summary), case["name"]
 
 
 def test_a_kernel_cannot_fill_the_disk_outside_its_quota(graded):

@@ -9,6 +9,7 @@ ROOT = Path(__file__).resolve().parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import nbgrader  # noqa: E402
 from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor  # noqa: E402,E501
 from nbgrader.preprocessors import (  # noqa: E402
     AssignLatePenalties,
@@ -24,7 +25,15 @@ from nbgrader.preprocessors import (  # noqa: E402
 )
 
 from src.course import StripHiddenTests, course_dir  # noqa: E402
-from src.grading import RefuseUnsafeSubmission, SafeOutputs, SandboxedExecute, TrustedScores  # noqa: E402
+from src.grading import (  # noqa: E402
+    CopyAllowedFiles,
+    RefuseUnsafeSubmission,
+    RevealInvisibles,
+    SafeOutputs,
+    SandboxedExecute,
+    TrustedScores,
+    copy_ignore,
+)
 from src.release import CODE_STUB  # noqa: E402
 
 c = get_config()  # noqa: F821  (provided by traitlets when it loads this file)
@@ -44,31 +53,52 @@ c.Execute.timeout = int(os.environ.get("ATTENTION_CELL_TIMEOUT", "30"))
 # grade, the plain command, the Formgrader's button) reads this file. A submission with a
 # symlink is refused; each kernel runs in a bubblewrap sandbox; each test cell's score is
 # computed here, in the instructor's process, from the data the kernel exported. nbgrader's
-# own lists, with our three steps added and Execute replaced.
+# own lists, with our steps added and Execute replaced.
 c.Autograde.sanitize_preprocessors = [
-    RefuseUnsafeSubmission, ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
-    CheckCellMetadata]
-# SafeOutputs also here: the Formgrader shows autograded notebooks as they are stored.
+    RefuseUnsafeSubmission, CopyAllowedFiles, ClearOutput, DeduplicateIds, OverwriteKernelspec,
+    OverwriteCells, CheckCellMetadata]
+# RevealInvisibles and SafeOutputs also here: the Formgrader and JupyterLab show autograded
+# notebooks as they are stored (the Formgrader renders their markdown again, unsanitised).
 c.Autograde.autograde_preprocessors = [
-    SandboxedExecute, TrustedScores, SafeOutputs, IgnorePattern, ClearMetadataPreprocessor,
-    LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
+    SandboxedExecute, RevealInvisibles, TrustedScores, SafeOutputs, IgnorePattern,
+    ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades, AssignLatePenalties,
+    CheckCellMetadata]
 # Limits of each sandboxed kernel (the defaults, src/sandbox.py LIMITS, are stated here).
 c.SandboxedExecute.memory_gb = 4.0  # address space (GiB)
 c.SandboxedExecute.processes = 256  # tasks, threads included
 c.SandboxedExecute.file_mb = 64  # largest file written (MiB)
 c.SandboxedExecute.tmp_mb = 256  # /tmp and the working directory, each (MiB)
-c.SandboxedExecute.notebook_seconds = int(os.environ.get("ATTENTION_NOTEBOOK_BUDGET", "300"))
+# Whole notebook (wall clock): budget_factor x the reference run that `make release` times
+# in the sandbox (about 5 s here), never under budget_floor, never over notebook_seconds.
+# Later cells of a notebook past it score 0; the summary says "stopped early" and why.
+c.SandboxedExecute.notebook_seconds = int(os.environ.get("ATTENTION_NOTEBOOK_BUDGET", "60"))
+c.SandboxedExecute.budget_factor = 8.0
+c.SandboxedExecute.budget_floor = 30
 c.SandboxedExecute.output_kb = 512  # stored output per cell (KiB); more is cut with a note
 c.SandboxedExecute.export_kb = 4096  # largest export file the trusted step reads (KiB)
+# Everything a kernel can write is bounded: /tmp, its working directory and /dev/shm are
+# tmpfs of tmp_mb each; in /grading only its export files (file_mb each); its IPC directory
+# takes no new file once the kernel has started (Limits.write_mb states the sum).
+# A submission over these caps is refused with the reason, before its kernel starts.
+c.RefuseUnsafeSubmission.max_notebook_mb = 20  # notebook file (MB)
+c.RefuseUnsafeSubmission.max_cells = 400  # cells in the notebook
+# Each grading (and feedback) process: an address-space limit, and a deadline per student
+# for `make feedback` (a grading process's deadline is the notebook's budget + 150 s).
+c.Grading.worker_memory_gb = 4.0
+c.Grading.feedback_seconds = 60
 # Without bubblewrap (macOS, no user namespaces): `make grade UNSAFE=1` sets
 # ATTENTION_UNSAFE_GRADING=1, which runs kernels unsandboxed and says so on every run.
 
-# Files nbgrader never copies from a submission into autograded/ and feedback/: a
-# student's HTML, SVG or JavaScript beside the notebook would open in a browser.
-c.CourseDirectory.ignore = [
-    ".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*.[hH][tT][mM]",
-    "*.[hH][tT][mM][lL]", "*.[xX][hH][tT][mM][lL]", "*.[sS][vV][gG]", "*.[jJ][sS]",
-    "*.[mM][jJ][sS]"]
+# Files of a submission that reach autograded/ and feedback/ beside the notebook: an
+# allow-list, empty by default (only the notebook). A student's HTML, SVG, .shtml, ... beside
+# it would be served by the Formgrader as a page of yours. Patterns are relative to the
+# submission folder, e.g. ["figures/*.png"]; caps per submission: max_files, max_kb.
+c.CopyAllowedFiles.patterns = []
+c.CopyAllowedFiles.max_files = 20
+c.CopyAllowedFiles.max_kb = 4096
+# nbgrader itself copies nothing of a submission or an autograded folder (copy_ignore).
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback",
+                            *copy_ignore(course_dir())]
 # Not needed here (no JupyterHub exchange); kept inside the course so nothing complains.
 c.Exchange.root = str(course_dir() / "exchange")
 
@@ -78,6 +108,12 @@ c.ClearSolutions.code_stub = {"python": CODE_STUB}
 # Feedback must never show hidden tests (nbgrader #917, #1363).
 # Student output in feedback is kept to text and images, and HTML in markdown is sanitised:
 # no script from a submission runs in the browser that opens the feedback.
-c.GenerateFeedback.preprocessors = [GetGrades, StripHiddenTests, SafeOutputs,
+c.GenerateFeedback.preprocessors = [GetGrades, StripHiddenTests, SafeOutputs, CopyAllowedFiles,
                                     CSSHTMLHeaderPreprocessor]
 c.HTMLExporter.sanitize_html = True
+# ...and loads no script from another origin (nbconvert's pages take MathJax from a CDN):
+# src/templates/base/mathjax.html.j2 is found before nbconvert's and loads nothing, so math
+# shows as TeX. nbgrader's own templates come next, as GenerateFeedback sets them.
+c.HTMLExporter.extra_template_basedirs = [
+    str(ROOT / "src" / "templates"),
+    str(Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates")]

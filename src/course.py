@@ -117,8 +117,54 @@ load_subconfig("nbgrader_config.py", path={root!r})  # noqa: F821
 '''
 
 
+#: Beside the gradebook: how long the reference notebook took in the grading sandbox.
+REFERENCE_RUN = "reference_run.json"
+
+
+def reference_seconds() -> float | None:
+    """Seconds of the reference run `make release` measured, or None."""
+    import json
+
+    try:
+        return float(json.loads((course_dir() / REFERENCE_RUN).read_text())["seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def reference_run() -> float:
+    """Run the source notebook (the solutions) once in a grading sandbox, as a kernel runs
+    a submission; store its seconds in course/reference_run.json, from which each
+    notebook's budget is derived (Limits.budget)."""
+    import json
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    from src import sandbox
+
+    source = course_dir() / "source" / ASSIGNMENT
+    nb = nbformat.read(source / f"{NOTEBOOK}.ipynb", as_version=4)
+    box = sandbox.Sandbox({n: source / n for n in SHIPPED},
+                          enabled=sandbox.unavailable_reason() is None)
+
+    class Manager(sandbox.SandboxKernelManager):
+        pass
+
+    Manager.sandbox = box
+    started = time.perf_counter()
+    try:
+        NotebookClient(nb, kernel_manager_class=Manager, timeout=sandbox.LIMITS.cell_timeout,
+                       allow_errors=True).execute()
+    finally:
+        box.cleanup()
+    seconds = time.perf_counter() - started
+    (course_dir() / REFERENCE_RUN).write_text(json.dumps({"seconds": round(seconds, 2)}))
+    return seconds
+
+
 def release() -> Path:
-    """Build the source and run nbgrader generate_assignment; return the release dir."""
+    """Build the source and run nbgrader generate_assignment; measure the reference run;
+    return the release dir."""
     build_source()
     (course_dir() / "nbgrader_config.py").write_text(COURSE_CONFIG.format(root=str(ROOT)))
     (course_dir() / "exchange").mkdir(exist_ok=True)  # nbgrader's pages ask for one
@@ -126,6 +172,7 @@ def release() -> Path:
     if not result["success"]:
         raise CourseError("nbgrader generate_assignment failed:\n" + (result.get("log") or "")
                           + (result.get("error") or ""))
+    reference_run()
     return course_dir() / "release" / ASSIGNMENT
 
 
@@ -149,19 +196,38 @@ def tree_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def _init_worker(timeout, memory_gb):
-    """In a forked grading process: nbgrader's API with this run's overrides."""
+def _init_worker(timeout, memory_gb, worker_memory_gb=None):
+    """In a forked grading process: an address-space limit of its own (a huge notebook
+    then fails that student only), and nbgrader's API with this run's overrides."""
     global _API
+    if worker_memory_gb:
+        import resource
+
+        limit = int(worker_memory_gb * 2**30)
+        # The soft limit only: the kernel and the judge set their own below the hard one.
+        resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(
+            resource.RLIMIT_AS)[1]))
     _API = make_api(timeout, memory_gb)
 
 
 _API = None
 
 
-def _grade_one(student):
+def _grade_one(student, worker_memory_gb=None):
     t0 = time.perf_counter()
     result = _API.autograde(ASSIGNMENT, student, force=True, create=True)
     error = None if result["success"] else _why_failed(student, result)
+    if error and error.endswith("(MemoryError)") and worker_memory_gb:
+        error += (f": the grading process ran out of its {worker_memory_gb:g} GiB "
+                  "(c.Grading.worker_memory_gb)")
+    return student, bool(result["success"]), error, time.perf_counter() - t0
+
+
+def _feedback_one(student, worker_memory_gb=None):
+    t0 = time.perf_counter()
+    result = _API.generate_feedback(ASSIGNMENT, student, force=True)
+    error = None if result["success"] else log_reason(
+        (result.get("log") or "") + "\n" + (result.get("error") or ""))
     return student, bool(result["success"]), error, time.perf_counter() - t0
 
 
@@ -190,17 +256,38 @@ _BOILERPLATE = ("Please see the", "There was an error processing assignment",
                 "Traceback (most recent call last)")
 
 
-def log_reason(text: str) -> str:
-    """The last exception message in an nbgrader log (``Name: message``), else its last
-    ERROR line that says something."""
+def _traceback_ends(text: str) -> list[tuple[str, str]]:
+    """(exception name, message) of each traceback in ``text``: the first line after the
+    frames at the indentation of its "Traceback" line, whatever the exception's name."""
     import re
 
-    errors = [(name, message) for name, message in re.findall(
-        r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", text, re.M)
-        if name != "NbGraderException" and not any(b in message for b in _BOILERPLATE)]
+    lines, out = text.splitlines(), []
+    for i, line in enumerate(lines):
+        if line.strip() != "Traceback (most recent call last):":
+            continue
+        indent = len(line) - len(line.lstrip())
+        for later in lines[i + 1:]:
+            if later.strip() and len(later) - len(later.lstrip()) <= indent:
+                m = re.match(r"\s*(?:[\w.]+\.)?(\w+)(?::\s?(.*))?$", later)
+                if m:
+                    out.append((m.group(1), (m.group(2) or "").strip()))
+                break
+    return out
+
+
+def log_reason(text: str) -> str:
+    """The last exception message in an nbgrader log (``Name: message``, whatever the
+    exception's name), else its last ERROR line that says something."""
+    import re
+
+    def useful(error):
+        return error[0] != "NbGraderException" and not any(b in error[1] for b in _BOILERPLATE)
+
+    errors = [e for e in _traceback_ends(text) if useful(e)] or [e for e in re.findall(
+        r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", text, re.M) if useful(e)]
     if errors:
         name, message = errors[-1]
-        return f"{message.strip()[:300]} ({name})"
+        return f"{message.strip()[:300]} ({name})" if message.strip() else name
     lines = [ln.strip() for ln in text.splitlines()
              if ("ERROR" in ln or "Error" in ln) and not any(b in ln for b in _BOILERPLATE)]
     return lines[-1][:300] if lines else "nbgrader could not grade it (see its log)"
@@ -220,6 +307,8 @@ class StudentResult:
     #: {grade cell: (shown in the notebook, verified)} where the two differ
     mismatches: dict = field(default_factory=dict)
     stopped: str | None = None  # why later cells were not run, if they were not
+    #: what the instructor should know (invisible characters, limits that bit)
+    notes: list = field(default_factory=list)
 
 
 @dataclass
@@ -250,6 +339,14 @@ class GradeReport:
             parts.append("score shown in the notebook differs from the verified one: " + "; ".join(
                 f"{r.student} (shown {r.shown:g}/{r.max_score:g}, verified {r.score:g}/"
                 f"{r.max_score:g})" for r in differ))
+        stopped = [r for r in self.results if r.ok and r.stopped]
+        if stopped:
+            parts.append("stopped early: " + "; ".join(f"{r.student} ({r.stopped})"
+                                                       for r in stopped))
+        noted = [r for r in self.results if r.notes]
+        if noted:
+            parts.append("notes: " + "; ".join(f"{r.student} ({'; '.join(r.notes)})"
+                                              for r in noted))
         parts += self.warnings
         return " | ".join(parts)
 
@@ -311,8 +408,9 @@ def per_cell_scores(db_path: Path | None = None) -> dict:
     return out
 
 
-def _worker_main(student, conn, init_args, scratch):
-    """A forked process that grades one student and sends back the outcome."""
+def _worker_main(student, conn, init_args, scratch, task=_grade_one):
+    """A forked process that grades one student (or runs ``task``) and sends back the
+    outcome."""
     import tempfile
     import warnings
 
@@ -323,15 +421,20 @@ def _worker_main(student, conn, init_args, scratch):
         # The sandbox's files go here: the parent removes them even if this process dies.
         tempfile.tempdir = scratch
         _init_worker(*init_args)
-        conn.send(_grade_one(student))
+        conn.send(task(student, *init_args[2:]))
+    except MemoryError:
+        conn.send((student, False, f"the grading process ran out of its {init_args[2]:g} GiB "
+                   "(c.Grading.worker_memory_gb)", 0.0))
     except BaseException as exc:  # noqa: BLE001  (reported for this student only)
         conn.send((student, False, f"grading raised {type(exc).__name__}: {exc}", 0.0))
     finally:
         conn.close()
 
 
-def _run_workers(students, jobs, init_args, deadline, on_done):
-    """Grade each student in a forked process of its own, ``jobs`` at a time.
+def _run_workers(students, jobs, init_args, deadline, on_done, task=_grade_one,
+                 what="grading"):
+    """Grade each student (or run ``task``) in a forked process of its own, ``jobs`` at a
+    time.
 
     A process that dies without an answer, or outlives ``deadline`` seconds
     (it is killed), fails its own student only; the run always goes on.
@@ -340,10 +443,7 @@ def _run_workers(students, jobs, init_args, deadline, on_done):
     import tempfile
     from multiprocessing.connection import wait
 
-    from src import (
-        grading,
-        sandbox,  # noqa: F401  (its uid lock directory is fixed before the fork)
-    )
+    from src import grading, sandbox
 
     ctx = multiprocessing.get_context("fork")  # inherits the imported nbgrader (~5 s)
     # One replay fork server for the whole run (torch imported once): workers inherit it.
@@ -355,7 +455,7 @@ def _run_workers(students, jobs, init_args, deadline, on_done):
             recv, send = ctx.Pipe(duplex=False)
             scratch[student] = tempfile.mkdtemp(prefix="attention-grading-worker-")
             proc = ctx.Process(target=_worker_main,
-                               args=(student, send, init_args, scratch[student]),
+                               args=(student, send, init_args, scratch[student], task),
                                name=f"grade-{student}", daemon=True)
             proc.start()
             send.close()
@@ -375,11 +475,12 @@ def _run_workers(students, jobs, init_args, deadline, on_done):
                            f"{proc.exitcode})", time.monotonic() - t0)
             elif time.monotonic() - t0 > deadline:
                 proc.kill()
-                outcome = (student, False, f"grading did not finish within {deadline:.0f} s "
+                outcome = (student, False, f"{what} did not finish within {deadline:.0f} s "
                            "(process stopped)", time.monotonic() - t0)
             if outcome is not None:
                 proc.join(5)
                 recv.close()
+                sandbox.remove_ipc_dirs(scratch[student])  # a killed worker leaves them
                 shutil.rmtree(scratch.pop(student), ignore_errors=True)
                 del running[student]
                 on_done(*outcome)
@@ -423,12 +524,16 @@ def grade(jobs: int = 0, timeout: int | None = None, memory_gb: float | None = N
         raise CourseError(f"nothing to grade: expected folders {base}/<student>/{ASSIGNMENT}/")
     report, progress = GradeReport(unsafe=unsafe), _Progress(len(students), stream)
     refused = {}
+    config = load_config(timeout)
+    cap_mb = config.RefuseUnsafeSubmission.get("max_notebook_mb", sandbox.LIMITS.notebook_mb)
     for s in students:
         problem = grading.id_problem(s)
         if problem is None:
             folder = base / s / ASSIGNMENT
             found = grading.submission_problems(base / s) if (base / s).exists() else [
                 f"no folder {folder}"]
+            size = grading.notebook_size_problem(folder / f"{NOTEBOOK}.ipynb", cap_mb)
+            found += [size] if size and not found else []
             problem = ("refused: " + "; ".join(found)) if found else None
         if problem:
             refused[s] = problem
@@ -446,14 +551,18 @@ def grade(jobs: int = 0, timeout: int | None = None, memory_gb: float | None = N
         report.results.append(StudentResult(student, ok, seconds, error))
         progress.update(student, ok, f"done in {seconds:.1f} s" if ok else f"FAILED: {error}")
 
-    config = load_config(timeout)
     per_cell = config.Execute.timeout if "timeout" in config.Execute else 30
-    budget = config.SandboxedExecute.get("notebook_seconds", sandbox.LIMITS.notebook_seconds)
+    budget, _ = grading.budget_of(sandbox.Limits(
+        notebook_seconds=config.SandboxedExecute.get("notebook_seconds",
+                                                     sandbox.LIMITS.notebook_seconds),
+        budget_factor=config.SandboxedExecute.get("budget_factor", sandbox.LIMITS.budget_factor),
+        budget_floor=config.SandboxedExecute.get("budget_floor", sandbox.LIMITS.budget_floor)))
     # nbgrader's own work (copying, the gradebook) on top of the notebook's budget.
     deadline = budget + per_cell + 120
     if todo:
         try:
-            _run_workers(todo, jobs, (timeout, memory_gb), deadline, done)
+            _run_workers(todo, jobs, (timeout, memory_gb, worker_memory_gb(config)),
+                         deadline, done)
         finally:
             grading.close_replay_servers()
     report.seconds = time.perf_counter() - t0
@@ -467,6 +576,7 @@ def grade(jobs: int = 0, timeout: int | None = None, memory_gb: float | None = N
             trusted = _trusted_report(r.student)
             cells = trusted.get("cells", [])
             r.stopped = trusted.get("stopped")
+            r.notes = list(trusted.get("notes", []))
             r.mismatches = {c["cell"]: (c["shown"], c["verified"]) for c in cells
                             if c["shown"] is not None and abs(c["shown"] - c["verified"]) > 1e-9}
             r.shown = sum(c["shown"] or 0.0 for c in cells)
@@ -476,11 +586,40 @@ def grade(jobs: int = 0, timeout: int | None = None, memory_gb: float | None = N
     return report
 
 
-def feedback() -> Path:
-    result = make_api().generate_feedback(ASSIGNMENT, force=True)
-    if not result["success"]:
-        raise CourseError("nbgrader generate_feedback failed:\n" + (result.get("log") or "")
-                          + (result.get("error") or ""))
+def worker_memory_gb(config) -> float:
+    """Address-space limit of each grading or feedback process (c.Grading)."""
+    from src import sandbox
+
+    return float(config.Grading.get("worker_memory_gb", sandbox.LIMITS.worker_memory_gb))
+
+
+def feedback(jobs: int = 0, stream=sys.stdout) -> Path:
+    """nbgrader's feedback for every autograded student, each in a process of its own with
+    a deadline (c.Grading.feedback_seconds) and a memory limit: one submission cannot hold
+    up the rest. Raises CourseError naming the students whose feedback failed."""
+    from src import sandbox
+
+    base = course_dir() / "autograded"
+    students = sorted(p.name for p in base.iterdir() if (p / ASSIGNMENT).is_dir()) \
+        if base.is_dir() else []
+    if not students:
+        raise CourseError(f"no autograded submissions in {base}: run `make grade` first")
+    config = load_config()
+    deadline = int(config.Grading.get("feedback_seconds", sandbox.LIMITS.feedback_seconds))
+    failed = {}
+
+    def done(student, ok, error, seconds):
+        if not ok:
+            failed[student] = error
+        stream.write(f"  feedback {student}: " + (f"done in {seconds:.1f} s" if ok else
+                                                  f"FAILED: {error}") + "\n")
+
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(students)))
+    _run_workers(students, jobs, (None, None, worker_memory_gb(config)), deadline, done,
+                 task=_feedback_one, what="feedback")
+    if failed:
+        raise CourseError(f"feedback failed for {len(failed)} of {len(students)}: " + "; ".join(
+            f"{s} ({why})" for s, why in sorted(failed.items())))
     return course_dir() / "feedback"
 
 

@@ -20,16 +20,21 @@ printed. Here (see README, "For instructors"):
    included) and replaces each test cell's outputs with the trusted result, so
    the gradebook never takes a number the kernel printed. Where the kernel
    showed another score, the instructor is told ("shown 9/9, verified 0/9").
-4. :class:`SafeOutputs` (feedback) keeps only inert output types.
+4. :class:`RevealInvisibles` shows bidi and invisible format characters as
+   ``⟦U+202E⟧`` in the stored notebook and names them in the report.
+5. :class:`SafeOutputs` (autograde and feedback) keeps only inert output types
+   and stores markdown in a form no later render revives (src/safe_html.py).
 
 Shape legend: not applicable (no tensors here).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import io
 import json
 import os
+import shutil
 import stat
 import sys
 import time
@@ -41,8 +46,9 @@ from jupyter_core.utils import run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.v4 import new_output
 from nbgrader.preprocessors import ClearHiddenTests, Execute, NbGraderPreprocessor
-from traitlets import Bool, Float, Integer
+from traitlets import Bool, Float, Integer, List, Unicode
 
+from src import safe_html
 from src import sandbox as sb
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,15 +116,42 @@ def lookalike_groups(students) -> list[list[str]]:
     return [sorted(g) for g in groups.values() if len(g) > 1]
 
 
+def notebook_size_problem(path: Path, cap_mb: int) -> str | None:
+    """Why the notebook at ``path`` is too big to grade, or None (read before parsing it:
+    a 120 MB notebook grows its grading process by half a gigabyte)."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return None
+    if size > cap_mb * 10**6:
+        return (f"{path.name} is {size:,} bytes, over the cap of {cap_mb} MB "
+                "(c.RefuseUnsafeSubmission.max_notebook_mb)")
+    return None
+
+
 class RefuseUnsafeSubmission(NbGraderPreprocessor):
-    """Sanitizing step: a submission with a symlink, a special file or an id that is a
-    pattern is refused with the reason (nbgrader then reports the student as failed)."""
+    """Sanitizing step: a submission with a symlink, a special file, an id that is a
+    pattern, or a notebook over the size or cell caps is refused with the reason (nbgrader
+    then reports the student as failed)."""
+
+    max_notebook_mb = Integer(sb.LIMITS.notebook_mb, help="largest notebook file graded "
+                              "(MB)").tag(config=True)
+    max_cells = Integer(sb.LIMITS.max_cells, help="most cells a graded notebook may have"
+                        ).tag(config=True)
 
     def preprocess(self, nb, resources):
         info = resources.get("nbgrader", {})
-        folder = Path(resources.get("metadata", {}).get("path", "."))
+        meta = resources.get("metadata", {})
+        folder = Path(meta.get("path", "."))
         problem = id_problem(info.get("student", ""))
         problems = ([problem] if problem else []) + submission_problems(folder)
+        size = notebook_size_problem(folder / f"{meta.get('name', '')}.ipynb",
+                                     self.max_notebook_mb)
+        if size:
+            problems.append(size)
+        if len(nb.cells) > self.max_cells:
+            problems.append(f"the notebook has {len(nb.cells)} cells, over the cap of "
+                            f"{self.max_cells} (c.RefuseUnsafeSubmission.max_cells)")
         for index, cell in enumerate(nb.cells):
             md = cell.get("metadata", {}).get("nbgrader")
             if md and not (isinstance(md, dict) and md.get("grade_id")):
@@ -128,6 +161,62 @@ class RefuseUnsafeSubmission(NbGraderPreprocessor):
                                 "edited")
         if problems:
             raise GradingError("refused: " + "; ".join(problems))
+        return nb, resources
+
+
+# ------------------------------------------------------------- copied files
+def copy_ignore(root: Path) -> list[str]:
+    """``CourseDirectory.ignore`` entries under which nbgrader copies nothing of a
+    submission (into autograded/) or of an autograded folder (into feedback/) but the
+    notebooks it converts: each names the folders themselves (nbgrader's walk then skips
+    them whole, in one glob, however many files they hold). :class:`CopyAllowedFiles`
+    brings what the instructor allows."""
+    import glob as globmod
+
+    base = globmod.escape(str(root))
+    return [f"{base}/{folder}/{student}/{assignment}" for folder in ("submitted", "autograded")
+            for student in ("*", ".*") for assignment in ("*", ".*")]
+
+
+#: Where the files beside a notebook go, by the folder nbgrader converts from.
+_COPY_INTO = {"submitted": "autograded", "autograded": "feedback"}
+
+
+class CopyAllowedFiles(NbGraderPreprocessor):
+    """Sanitizing (autograde) and feedback step: copy the files beside the notebook that
+    ``patterns`` allow (an allow-list; empty by default, nbgrader_config.py) from the
+    submission into autograded/, and from there into feedback/. Regular files only, at
+    most ``max_files`` files and ``max_kb`` KiB in all; the rest is left behind, logged."""
+
+    patterns = List(Unicode(), [], help="fnmatch patterns of paths relative to the "
+                    "submission folder (e.g. 'figures/*.png')").tag(config=True)
+    max_files = Integer(20, help="files copied per submission at most").tag(config=True)
+    max_kb = Integer(4096, help="KiB copied per submission at most").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        if not self.patterns:
+            return nb, resources
+        folder = Path(resources.get("metadata", {}).get("path", "."))
+        into = _COPY_INTO.get(folder.parent.parent.name)
+        if into is None:
+            return nb, resources
+        dest = folder.parent.parent.parent / into / folder.parent.name / folder.name
+        budget, count = self.max_kb * 1024, 0
+        for path in sorted(folder.rglob("*")):
+            rel = path.relative_to(folder).as_posix()
+            if (path.is_symlink() or not path.is_file() or rel.endswith(".ipynb")
+                    or not any(fnmatch.fnmatch(rel, p) for p in self.patterns)):
+                continue
+            size = path.stat().st_size
+            if count >= self.max_files or size > budget:
+                self.log.warning("not copied: %s (over %d files or %d KiB, "
+                                 "CopyAllowedFiles.max_files/max_kb)", rel, self.max_files,
+                                 self.max_kb)
+                continue
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target, follow_symlinks=False)
+            budget, count = budget - size, count + 1
         return nb, resources
 
 
@@ -155,6 +244,8 @@ def read_export(directory: Path, name: str, cap_bytes: int) -> dict:
             st = os.fstat(fh.fileno())
             if not stat.S_ISREG(st.st_mode):
                 raise GradingError("export is not a regular file")
+            if st.st_size == 0:  # emptied before the cell, never written
+                raise GradingError("no data was exported")
             if st.st_size > cap_bytes:
                 raise GradingError(f"export is {st.st_size} bytes, over the cap of {cap_bytes}")
             raw = fh.read(cap_bytes + 1)
@@ -190,7 +281,12 @@ class SandboxedExecute(Execute):
     tmp_mb = Integer(sb.LIMITS.tmp_mb, help="size of /tmp and the working dir (MiB)"
                      ).tag(config=True)
     notebook_seconds = Integer(sb.LIMITS.notebook_seconds,
-                               help="wall-clock budget of a whole notebook").tag(config=True)
+                               help="wall-clock budget of a whole notebook, at most"
+                               ).tag(config=True)
+    budget_factor = Float(sb.LIMITS.budget_factor, help="budget: at most this many times the "
+                          "reference run (course/reference_run.json)").tag(config=True)
+    budget_floor = Integer(sb.LIMITS.budget_floor, help="budget: never less than this (s)"
+                           ).tag(config=True)
     output_kb = Integer(sb.LIMITS.output_kb, help="stored output per cell (KiB)"
                         ).tag(config=True)
     export_kb = Integer(sb.LIMITS.export_kb, help="largest export read (KiB)").tag(config=True)
@@ -205,7 +301,9 @@ class SandboxedExecute(Execute):
     def limits(self) -> sb.Limits:
         return sb.Limits(memory_gb=self.memory_gb, processes=self.processes,
                          file_mb=self.file_mb, tmp_mb=self.tmp_mb, cell_timeout=self.timeout,
-                         notebook_seconds=self.notebook_seconds, output_kb=self.output_kb,
+                         notebook_seconds=self.notebook_seconds,
+                         budget_factor=self.budget_factor, budget_floor=self.budget_floor,
+                         output_kb=self.output_kb,
                          export_kb=self.export_kb)
 
     def _shipped(self, resources) -> dict:
@@ -221,10 +319,13 @@ class SandboxedExecute(Execute):
                 raise GradingError(f"cannot sandbox the kernel: {reason}")
         verify = _verify()
         self._cells = verify.GRADE_CELLS
-        self._box = sb.Sandbox(self._shipped(resources), self.limits(), enabled=not self.unsafe)
+        self._box = sb.Sandbox(self._shipped(resources), self.limits(), enabled=not self.unsafe,
+                               export_names=[f"{gid}.npz" for gid in self._cells])
         self._state = {"exports": {}, "shown": {}, "stopped": None}
         self._start = time.monotonic()
+        self._budget, self._budget_why = budget_of(self.limits())
         self._out_bytes = {}
+        self._ran = False  # a cell has run: the kernel did start
         self.timeout_func = self._cell_timeout
         hidden = ClearHiddenTests()
         for cell in nb.cells:
@@ -234,6 +335,8 @@ class SandboxedExecute(Execute):
                 cell.source = export_source(gid, self._box.export_path) + cell.source
         try:
             nb, resources = super().preprocess(nb, resources, km)
+        except Exception as exc:
+            raise self._start_failure(exc) or exc
         finally:
             self._box.cleanup()
         for cell in nb.cells:  # the feedback shows the test cell as the student knows it
@@ -242,10 +345,25 @@ class SandboxedExecute(Execute):
         resources[_KEY] = self._state
         return nb, resources
 
+    def _start_failure(self, exc) -> GradingError | None:
+        """The reason a kernel could not start, with the tail of its stderr (else None)."""
+        if self._ran or "Kernel died before replying" not in f"{type(exc).__name__} {exc}":
+            return None
+        tail = self._box.stderr_tail()
+        return GradingError(f"the kernel could not start ({exc}); its stderr ends: "
+                            f"{tail[-600:] or '(nothing)'}")
+
     def _grade_id(self, cell):
         md = cell.metadata.get("nbgrader", {})
         gid = md.get("grade_id")
         return gid if cell.cell_type == "code" and md.get("grade") and gid in self._cells else None
+
+    async def async_start_new_kernel_client(self):
+        kc = await super().async_start_new_kernel_client()
+        self._box.seal_run_dir()  # its sockets are bound: nothing more to write there
+        return kc
+
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
 
     def create_kernel_manager(self):
         km = super().create_kernel_manager()
@@ -253,7 +371,7 @@ class SandboxedExecute(Execute):
         return km
 
     def _remaining(self) -> float:
-        return self.notebook_seconds - (time.monotonic() - self._start)
+        return self._budget - (time.monotonic() - self._start)
 
     def _cell_timeout(self, cell):
         return max(1, int(min(self.timeout or 1e9, self._remaining())))
@@ -263,19 +381,17 @@ class SandboxedExecute(Execute):
         if cell.cell_type != "code" or not cell.source.strip():
             return cell
         if self._state["stopped"] is None and self._remaining() <= 0:
-            self._state["stopped"] = (f"the notebook used up its {self.notebook_seconds} s "
-                                      "budget")
+            self._state["stopped"] = (f"the notebook used up its {self._budget} s budget "
+                                      f"({self._budget_why})")
         if self._state["stopped"]:
             cell.outputs = [_error("NotRun", f"not run: {self._state['stopped']}")]
             return cell
         gid = self._grade_id(cell)
         name = f"{gid}.npz" if gid else None
         if name:  # only what this cell writes counts
-            try:
-                os.unlink(self._box.export_dir / name)
-            except (FileNotFoundError, IsADirectoryError, PermissionError):
-                pass
+            self._box.clear_export(name)
         limit, started = self._cell_timeout(cell), time.monotonic()
+        self._ran = True
         try:
             cell = await super().async_execute_cell(cell, cell_index, execution_count,
                                                     store_history)
@@ -331,6 +447,22 @@ class SandboxedExecute(Execute):
             outs.append(note)
             return note
         return super().output(outs, msg, display_id, cell_index)
+
+
+def budget_of(limits: sb.Limits) -> tuple[int, str]:
+    """(seconds, how they were set) of a whole notebook's budget, from the reference run
+    that `make release` measured (src.course.reference_seconds)."""
+    from src.course import reference_seconds
+
+    ref = reference_seconds()
+    seconds = limits.budget(ref)
+    if ref is None:
+        how = ("c.SandboxedExecute.notebook_seconds; no reference run was measured: "
+               "run `make release`")
+    else:
+        how = (f"{limits.budget_factor:g} x the reference run's {ref:.1f} s, between "
+               f"{limits.budget_floor} and {limits.notebook_seconds} s")
+    return seconds, how
 
 
 def _error(ename, evalue):
@@ -562,47 +694,82 @@ class TrustedScores(NbGraderPreprocessor):
             if report.exists() or report.is_symlink():
                 report.unlink()
             report.write_text(json.dumps({"student": student, "cells": rows,
-                                          "stopped": state["stopped"]}, indent=1))
+                                          "stopped": state["stopped"],
+                                          "notes": state.get("notes", [])}, indent=1))
 
 
 # ------------------------------------------------------------------ feedback
-#: HTML a markdown cell may keep in feedback (the lesson's hints use details/summary).
-SAFE_TAGS = ("a", "abbr", "b", "blockquote", "br", "code", "details", "div", "em", "h1", "h2",
-             "h3", "h4", "i", "img", "li", "ol", "p", "pre", "span", "strong", "sub", "summary",
-             "sup", "table", "tbody", "td", "th", "thead", "tr", "ul")
-SAFE_ATTRIBUTES = {"a": ["href", "title"], "img": ["src", "alt"], "*": ["class"]}
+#: HTML a markdown cell may keep (src/safe_html.py: the lesson's hints use details/summary).
+SAFE_TAGS = tuple(sorted(safe_html.TAGS))
 
 
-def safe_markdown(source: str) -> str:
-    """Markdown rendered to HTML, then cleaned: no script, event handler, or link to
-    anything but http(s)/mailto, whatever markdown or HTML syntax produced it."""
-    import bleach
-    from nbconvert.filters.markdown import markdown2html
+def safe_markdown(source: str, attachments=None) -> str:
+    """A markdown cell in the inert form that autograded notebooks store (src/safe_html.py):
+    no script, event handler, class, style, id, remote image, or link to anything but
+    http(s)/mailto, whatever markdown or HTML syntax produced it, and nothing a second
+    markdown render can revive."""
+    return safe_html.stored_markdown(source, attachments)
 
-    return bleach.clean(markdown2html(source), tags=SAFE_TAGS, attributes=SAFE_ATTRIBUTES,
-                        protocols=("http", "https", "mailto"), strip=False)
+
+def _safe_output(out) -> dict | None:
+    """A copy of one output with only inert, well-formed fields (the template puts some of
+    them into attributes), or None when nothing of it may be shown."""
+    kind = out.get("output_type")
+    if kind == "stream":
+        name = out.get("name") if out.get("name") in ("stdout", "stderr") else "stdout"
+        return new_output("stream", name=name, text=str(out.get("text", "")))
+    if kind == "error":
+        return new_output("error", ename=str(out.get("ename", "")),
+                          evalue=str(out.get("evalue", "")),
+                          traceback=[str(t) for t in out.get("traceback", [])])
+    if kind not in ("display_data", "execute_result"):
+        return None
+    data = {}
+    for mime, value in out.get("data", {}).items():
+        if mime == "text/plain":
+            data[mime] = value if isinstance(value, str) else "".join(map(str, value))
+        elif mime in SAFE_MIME and isinstance(value, str) and safe_html.raster_ok(mime, value):
+            data[mime] = "".join(value.split())
+    if not data:
+        return None
+    if kind == "execute_result":
+        count = out.get("execution_count")
+        return new_output(kind, data=data,
+                          execution_count=count if isinstance(count, int) else None)
+    return new_output(kind, data=data)
 
 
 class SafeOutputs(NbGraderPreprocessor):
-    """Feedback step: keep only inert outputs (no HTML, JavaScript, SVG or widgets) and
-    sanitise the HTML in markdown cells (nbgrader's feedback template does not)."""
+    """Autograde and feedback step: keep only inert outputs (text, real PNG/JPEG; no HTML,
+    JavaScript, SVG or widgets) and store markdown and raw cells in the inert form of
+    src/safe_html.py (the Formgrader renders stored markdown again, unsanitised)."""
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type == "markdown":
-            cell.source = safe_markdown(cell.source)
+            cell.source = safe_markdown(cell.source, cell.get("attachments"))
         elif cell.cell_type == "raw":  # raw cells pass HTML through untouched: drop the type
             cell.metadata.pop("raw_mimetype", None)
             cell.metadata.pop("format", None)
+            if not safe_html.is_stored_form(cell.source):
+                cell.source = safe_html.inert_text(cell.source)
         if cell.cell_type == "code":
-            kept = []
-            for out in cell.get("outputs", []):
-                if "data" in out:
-                    out["data"] = {k: v for k, v in out["data"].items() if k in SAFE_MIME}
-                    out["metadata"] = {}
-                    if not out["data"]:
-                        continue
-                kept.append(out)
-            cell.outputs = kept
-        cell.pop("attachments", None)
+            cell.outputs = [o for o in map(_safe_output, cell.get("outputs", [])) if o]
+        cell.pop("attachments", None)  # safe images are inlined in the markdown
         return cell, resources
 
+
+class RevealInvisibles(NbGraderPreprocessor):
+    """Autograde step: bidi controls and invisible format characters in a cell (code that
+    displays differently from how it runs, "Trojan Source") are shown as ``⟦U+202E⟧`` in
+    the stored notebook, after the kernel ran it, and named in grading_report.json."""
+
+    def preprocess(self, nb, resources):
+        notes = []
+        for index, cell in enumerate(nb.cells):
+            cell.source, found = safe_html.reveal_invisibles(cell.source)
+            if found:
+                notes.append(f"cell #{index} ({cell.cell_type}) holds invisible or "
+                             f"bidirectional characters, now shown as \u27e6U+....\u27e7: "
+                             f"{', '.join(found)}")
+        resources.setdefault(_KEY, {}).setdefault("notes", []).extend(notes)
+        return nb, resources

@@ -4,12 +4,15 @@ nbgrader runs a student's notebook with the instructor's rights, in the
 instructor's tree. Here each grading kernel runs inside ``bwrap`` (Debian's
 ``bubblewrap``; no images, no daemon) and sees only:
 
-- the Python environment and the system libraries, read-only;
+- the Python environment, the system libraries and every directory on the
+  grader's ``sys.path`` (but the repository and the course), read-only;
 - a private, size-capped working directory (its cwd) holding the
   instructor's shipped ``verify.py``, ``src/`` and ``data/`` read-only;
-- ``/grading`` (writable): where the lesson's test cells export the data
-  that the instructor's process then judges (``src/grading.py``);
-- the directory of its own IPC sockets, and a private ``/tmp``.
+- ``/grading``: where the lesson's test cells export the data that the
+  instructor's process then judges (``src/grading.py``); read-only but for
+  the export files themselves;
+- the directory of its own IPC sockets (short, fixed, never under $TMPDIR;
+  sealed once the kernel has started), and a private ``/tmp``.
 
 Nothing else of the course or the repository exists inside (no ``source/``,
 gradebook, other students, ``nbgrader_config.py``, home directory). It has no
@@ -50,10 +53,29 @@ class Limits:
     file_mb: int = 64  # largest file the kernel may write
     tmp_mb: int = 256  # each of /tmp and the working directory (tmpfs)
     cell_timeout: int = 30  # seconds per cell (c.Execute.timeout)
-    notebook_seconds: int = 300  # wall-clock budget of the whole notebook
+    notebook_seconds: int = 60  # wall-clock budget of the whole notebook, at most
+    budget_factor: float = 8.0  # ... and at most this many times the reference run
+    budget_floor: int = 30  # ... but never less than this (a loaded machine)
     output_kb: int = 512  # stored output per cell; more is cut with a note
     export_kb: int = 4096  # largest export file the trusted step reads
     message_mb: int = 64  # largest message the grader accepts from the kernel
+    notebook_mb: int = 20  # largest notebook file graded
+    max_cells: int = 400  # most cells a graded notebook may have
+    worker_memory_gb: float = 4.0  # address space of each grading process (not its kernel)
+    feedback_seconds: int = 60  # deadline of one student's feedback
+
+    def budget(self, reference_seconds: float | None) -> int:
+        """The whole-notebook budget: ``budget_factor`` times the reference run, between
+        ``budget_floor`` and ``notebook_seconds`` (the cap alone without a reference)."""
+        if not reference_seconds:
+            return self.notebook_seconds
+        derived = max(self.budget_floor, round(self.budget_factor * reference_seconds))
+        return min(self.notebook_seconds, derived)
+
+    def write_mb(self, exports: int) -> int:
+        """Everything a kernel can write, at most: /tmp, its working directory and /dev/shm
+        (size-capped tmpfs), one file per export (file_mb each) and its stderr file."""
+        return 3 * self.tmp_mb + (exports + 1) * self.file_mb
 
 
 LIMITS = Limits()
@@ -61,7 +83,40 @@ LIMITS = Limits()
 # First uid of the per-sandbox uids used when grading as root (far above any account).
 _UID_BASE = 1 << 20
 _UID_SLOTS = 4096
-_LOCK_DIR = Path(tempfile.gettempdir()) / "attention-sandbox-uids"
+# One fixed place for the uid locks, whatever $TMPDIR is: two grading runs with different
+# TMPDIRs must never share a uid (and so one process budget). Used as root only.
+_LOCK_DIR = Path("/run/attention-sandbox-uids")
+# The kernels' IPC sockets: a Unix socket path holds at most 107 bytes, so they live in a
+# short fixed place, never under $TMPDIR (/tmp/attention-ipc-<uid>/<sandbox>/kernel-<port>).
+_IPC_BASE = Path("/tmp") / f"attention-ipc-{os.getuid()}"
+#: Tail of a kernel's stderr kept for the reason it could not start (bytes).
+STDERR_TAIL = 1500
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory of this user's alone (created 0700), refusing a symlink or a
+    directory someone else made (a shared /tmp). Raises SandboxUnavailableError."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as exc:
+        raise SandboxUnavailableError(f"cannot create {path}: {exc.strerror}") from None
+    if os.path.islink(path) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise SandboxUnavailableError(f"{path} is not a private directory of uid "
+                                      f"{os.getuid()} (owner {st.st_uid}, mode "
+                                      f"{oct(st.st_mode & 0o777)}); remove it")
+    return path
+
+
+def ipc_dir_for(root: Path) -> Path:
+    """The short directory holding the IPC sockets of the sandbox at ``root``."""
+    return _IPC_BASE / root.name
+
+
+def remove_ipc_dirs(scratch) -> None:
+    """Remove the IPC directories of every sandbox under ``scratch`` (a worker that died)."""
+    for root in Path(scratch).glob("attention-grading-*"):
+        shutil.rmtree(ipc_dir_for(root), ignore_errors=True)
 
 # Runs inside the sandbox before the kernel: drop to the sandbox's uid (root only),
 # set the limits, then exec the kernel. RLIMIT_NPROC counts per user namespace (or per
@@ -148,12 +203,37 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def _hidden_roots() -> list[Path]:
+    """What a directory bound into the sandbox must never contain or lie in: the
+    repository (solutions, nbgrader_config.py) and the course (gradebook, submissions)."""
+    from src.course import ROOT, course_dir
+
+    return [ROOT.resolve(), course_dir()]
+
+
+def _import_paths() -> list[str]:
+    """Every directory on the grader's ``sys.path`` (site-packages, directories a ``.pth``
+    adds, the user site, editable installs) but those that would show the repository or
+    the course: the kernel must import what the grader's Python imports."""
+    hidden, out = _hidden_roots(), []
+    for entry in sys.path:
+        if not entry or not os.path.exists(entry):
+            continue
+        p = Path(entry).resolve()
+        if any(h == p or h.is_relative_to(p) for h in hidden) or p.is_relative_to(hidden[1]):
+            continue
+        out.append(str(p))
+    return out
+
+
 def _system_paths() -> list[str]:
-    """What the kernel needs to run Python: interpreter, environment, libraries."""
+    """What the kernel needs to run Python: interpreter, environment, libraries, and every
+    directory the grader's Python imports from."""
     paths = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
              "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
              "/etc/fonts", "/etc/localtime", sys.base_prefix, sys.prefix,
-             str(Path(sys.executable).resolve().parent.parent)]
+             str(Path(sys.executable).resolve().parent.parent), *_import_paths()]
+    paths.sort(key=lambda p: len(PurePosixPath(p).parts))  # parents first: one bind each
     out = []
     for p in paths:
         if os.path.exists(p) and p not in out and not any(
@@ -169,7 +249,7 @@ class _UidSlot:
         self.uid, self._fd = -1, None
         if os.getuid() != 0:
             return  # bwrap maps the caller's uid in a user namespace of its own
-        _LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
+        private_dir(_LOCK_DIR)
         for i in range(_UID_SLOTS):
             fd = os.open(_LOCK_DIR / str(i), os.O_CREAT | os.O_RDWR, 0o600)
             try:
@@ -194,17 +274,27 @@ class Sandbox:
     ``export_dir`` (host side) is ``/grading`` inside; ``run_dir`` holds the IPC sockets.
     """
 
-    def __init__(self, shipped: dict, limits: Limits = LIMITS, enabled: bool = True):
+    def __init__(self, shipped: dict, limits: Limits = LIMITS, enabled: bool = True,
+                 export_names=()):
         self.limits, self.enabled = limits, enabled
+        #: The only files the kernel may write in /grading (the rest of it is read-only);
+        #: none given: /grading is writable as a whole.
+        self.export_names = tuple(export_names)
         self.shipped = {name: Path(p).resolve() for name, p in shipped.items()}
         self.root = Path(tempfile.mkdtemp(prefix="attention-grading-"))  # mode 0700
         self.export_dir = self.root / "export"
-        self.run_dir = self.root / "run"
+        self.run_dir = ipc_dir_for(self.root)
         self.home = self.root / "home"  # the unsandboxed kernel's cwd (UNSAFE)
+        self.stderr_path = self.root / "kernel-stderr.log"
+        private_dir(_IPC_BASE)
         for d in (self.export_dir, self.run_dir, self.home):
             d.mkdir()
         self._slot = _UidSlot() if enabled else None
         uid = self._slot.uid if self._slot else -1
+        for name in self.export_names:
+            (self.export_dir / name).touch()
+            if uid >= 0:
+                os.chown(self.export_dir / name, uid, uid)
         if uid >= 0:
             for d in (self.root, self.export_dir, self.run_dir):
                 os.chown(d, uid, uid)
@@ -256,7 +346,12 @@ class Sandbox:
         args += _mkdirs(WORKDIR) + ["--perms", "1777", "--size", tmpfs, "--tmpfs", WORKDIR]
         for name, p in self.shipped.items():
             args += ["--ro-bind", str(p), f"{WORKDIR}/{name}"]
-        args += ["--bind", str(self.export_dir), EXPORT_DIR]
+        if self.export_names:  # a quota: only these files, each at most file_mb
+            args += ["--ro-bind", str(self.export_dir), EXPORT_DIR]
+            for name in self.export_names:
+                args += ["--bind", str(self.export_dir / name), f"{EXPORT_DIR}/{name}"]
+        else:
+            args += ["--bind", str(self.export_dir), EXPORT_DIR]
         args += _mkdirs(str(self.run_dir)) + ["--bind", str(self.run_dir), str(self.run_dir)]
         env = {"HOME": "/tmp", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
                "LANG": "C.UTF-8", "MPLCONFIGDIR": "/tmp/matplotlib",
@@ -272,11 +367,47 @@ class Sandbox:
             args += ["--seccomp", str(seccomp_fd)]
         return args + ["--chdir", WORKDIR, "--"] + launcher + kernel_cmd
 
+    def clear_export(self, name: str) -> None:
+        """Empty the export file ``name`` before its cell runs (only what the cell writes
+        counts). Bound into the sandbox, the file itself must stay."""
+        try:
+            fd = os.open(self.export_dir / name,
+                         os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK)
+            os.close(fd)
+        except OSError:  # missing, or not a file (UNSAFE): the reader says why
+            pass
+
+    def seal_run_dir(self) -> None:
+        """Once the kernel has bound its sockets: no new file in its IPC directory (it is
+        host disk, outside the tmpfs quotas). Strict when grading as root (the kernel's uid
+        no longer owns it); otherwise the kernel, owner of the directory, could undo it."""
+        for path in (self.run_dir / "kernel.json", self.run_dir):
+            try:
+                if self.uid >= 0:
+                    os.chown(path, os.getuid(), os.getgid(), follow_symlinks=False)
+                os.chmod(path, 0o755 if path.is_dir() else 0o644, follow_symlinks=False)
+            except (OSError, NotImplementedError):
+                pass
+
+    def stderr_tail(self, limit: int = STDERR_TAIL) -> str:
+        """The last ``limit`` bytes of what the kernel wrote to its stderr, one line."""
+        try:
+            with open(self.stderr_path, "rb") as fh:
+                fh.seek(max(0, os.fstat(fh.fileno()).st_size - limit))
+                text = fh.read(limit).decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return " | ".join(ln.strip() for ln in text.splitlines() if ln.strip())
+
     def cleanup(self):
+        if getattr(self, "_stderr", None) is not None:
+            self._stderr.close()
+            self._stderr = None
         if getattr(self, "_seccomp", None) is not None:
             os.close(self._seccomp)
             self._seccomp = None
         shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(self.run_dir, ignore_errors=True)
         if self._slot:
             self._slot.release()
 
@@ -312,8 +443,13 @@ class SandboxKernelManager(AsyncKernelManager):
         self.kernel_spec.interrupt_mode = "message"
         # bwrap starts in the sandbox's own directory; --chdir moves the kernel to WORKDIR.
         kw["cwd"] = str(box.root if box.enabled else box.home)
-        # The kernel's own stdout/stderr never reach the grader's terminal or pipe.
-        kw["stdout"] = kw["stderr"] = subprocess.DEVNULL
+        # The kernel's own stdout/stderr never reach the grader's terminal or pipe; its
+        # stderr goes to a file (capped by the sandbox's file-size limit) whose tail names
+        # why a kernel could not start.
+        kw["stdout"] = subprocess.DEVNULL
+        if getattr(box, "_stderr", None) is None:
+            box._stderr = open(box.stderr_path, "ab")
+        kw["stderr"] = box._stderr
         kw["stdin"] = subprocess.DEVNULL
         cmd, kw = await super()._async_pre_start_kernel(**kw)
         if box.uid >= 0:

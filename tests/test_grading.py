@@ -3,6 +3,7 @@ the kernel wrote (hostile files), submissions and ids that are refused, feedback
 no script, failure reasons. The whole pipeline on real submissions: tests/test_course.py
 and the hostile cohort (make test-cohort)."""
 
+import base64
 import os
 import re
 import socket
@@ -247,17 +248,32 @@ def test_failure_reasons_are_the_real_ones():
 [ERROR] Please see the the above traceback for details on the specific errors.
 nbgrader.converters.base.NbGraderException: Please see the the above traceback for details"""
     assert log_reason(log) == "'grade_id' (KeyError)"
+    # an exception whose name ends in neither Error nor Exception is still the reason
+    pasted = log.replace("KeyError: 'grade_id'", "nbconvert.filters.markdown_mistune."
+                         "InvalidNotebook: missing attachment: image.png")
+    assert log_reason(pasted) == "missing attachment: image.png (InvalidNotebook)"
     assert log_reason("[ERROR] No notebooks were matched by 'x'") == \
         "[ERROR] No notebooks were matched by 'x'"
 
 
 # ------------------------------------------------------------------ feedback
+#: A real 1x1 PNG, as base64 (what a kernel's figure or a pasted picture holds).
+PNG = base64.b64encode(bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d4944415478da63f8cfc0f01f0005000201a5e5e7d30000000049454e44ae426082")
+).decode()
+
+
 def test_feedback_keeps_only_inert_outputs_and_defuses_markdown():
     code = nbformat.v4.new_code_cell("x", outputs=[
         nbformat.v4.new_output("display_data", data={
             "text/html": "<script>alert(1)</script>", "text/plain": "<IPython HTML>",
-            "image/svg+xml": "<svg onload=alert(1)/>", "image/png": "iVBOR"}),
-        nbformat.v4.new_output("display_data", data={"application/javascript": "alert(1)"})])
+            "image/svg+xml": "<svg onload=alert(1)/>", "image/png": PNG}),
+        nbformat.v4.new_output("display_data", data={"application/javascript": "alert(1)"}),
+        # not images: a PNG label on other bytes, a quote that would end the src attribute
+        nbformat.v4.new_output("display_data", data={"image/png": "iVBOR"}),
+        nbformat.v4.new_output("display_data", data={"image/jpeg": 'x" onerror="alert(1)'}),
+        nbformat.v4.new_output("stream", name='stdout" onmouseover="alert(1)', text="hi")])
     md = nbformat.v4.new_markdown_cell(
         "<details><summary>Hint</summary>ok</details> <script>alert(1)</script>"
         "<img src=x onerror=alert(1)> <a href='javascript:alert(1)'>x</a>")
@@ -265,24 +281,132 @@ def test_feedback_keeps_only_inert_outputs_and_defuses_markdown():
                                    metadata={"raw_mimetype": "text/html"})
     nb = nbformat.v4.new_notebook(cells=[code, md, raw])
     nb, _ = grading.SafeOutputs().preprocess(nb, {})
-    assert [o["data"] for o in nb.cells[0].outputs] == [
-        {"text/plain": "<IPython HTML>", "image/png": "iVBOR"}]
+    outs = nb.cells[0].outputs
+    assert [o["data"] for o in outs if "data" in o] == [
+        {"text/plain": "<IPython HTML>", "image/png": PNG}]
+    assert [o["name"] for o in outs if o["output_type"] == "stream"] == ["stdout"]
     assert "<details><summary>Hint</summary>" in nb.cells[1].source
-    for active in ("<script>", "onerror", "javascript:"):
-        assert active not in nb.cells[1].source
+    for cell in nb.cells[1:]:
+        for active in ("<script", "onerror", "javascript:", "<img"):
+            assert active not in cell.source
     assert "raw_mimetype" not in nb.cells[2].metadata
 
 
-@pytest.mark.parametrize("markdown", [
+#: Markdown as attackers write it, each aimed at one renderer or at the second render.
+HOSTILE_MARKDOWN = [
     "[notes](javascript:alert(1))", "[r][1]\n\n[1]: javascript:alert(1)",
     "<javascript:alert(1)>", "<a href='javascript:alert(1)'>x</a>",
+    "<a href='jav&#x09;ascript:alert(1)'>x</a>", "<a href=' vbscript:msgbox(1)'>x</a>",
+    "<a href='data:text/html,<script>alert(1)</script>'>x</a>",
     "<img src=x onerror=alert(1)>", "<script>alert(1)</script>",
-    "<svg><script>alert(1)</script></svg>", "<iframe src='data:text/html,x'></iframe>"])
-def test_markdown_is_defused_whatever_the_syntax(markdown):
-    html = grading.safe_markdown(markdown)
-    for name, attributes in re.findall(r"<([a-zA-Z][\w-]*)([^>]*)>", html):
-        assert name in grading.SAFE_TAGS, (markdown, html)
-        assert not re.search(r"\bon\w+\s*=|javascript:|data:", attributes), (markdown, html)
+    "<svg><script>alert(1)</script></svg>", "<iframe src='data:text/html,x'></iframe>",
+    # escaped HTML and code spans: inert once, live again if rendered twice
+    "&lt;a href=\"javascript:alert(1)\"&gt;click&lt;/a&gt;",
+    "`[click](javascript:alert(1))` and `<img src=x onerror=alert(1)>`",
+    "\\[click\\](javascript:alert(1)) \\<script\\>alert(1)\\</script\\>",
+    "```\n[click](javascript:alert(1))\n<script>alert(1)</script>\n```",
+    # restyling the page: a Bootstrap backdrop, a fixed banner, an id the page uses
+    "<div class='modal-backdrop in' style='position:fixed;z-index:9999'>9 / 9</div>",
+    "<span id='notebook-container' class='navbar-fixed-top'>9 / 9</span>",
+    # beacons: remote images in every syntax
+    "![x](https://tracker.example/x.png)", "<img src='//tracker.example/x.png'>",
+    "![x][i]\n\n[i]: http://tracker.example/x.png", "<img srcset='http://t.example/x 1x'>",
+    # MathJax's own links and classes
+    "$\\href{javascript:alert(1)}{x}$ $\\class{modal-backdrop}{x}$ $\\style{position:fixed}{x}$",
+]
+_ACTIVE = re.compile(r"\bon\w+\s*=|javascript|vbscript|\bclass\s*=|\bstyle\s*=|\bid\s*=|"
+                     r"\bsrcset|https?:|//tracker|\\href|\\class|\\style", re.I)
+
+
+def _tags(html):
+    """(name, attributes) of every tag in ``html``, attributes with entities decoded."""
+    import html as htmlmod
+
+    return [(name.lower(), htmlmod.unescape(attributes))
+            for name, attributes in re.findall(r"<([a-zA-Z][\w-]*)([^>]*)>", html)]
+
+
+@pytest.mark.parametrize("markdown", HOSTILE_MARKDOWN)
+def test_markdown_is_defused_whatever_the_syntax_and_stays_so_when_rendered_again(markdown):
+    import html as htmlmod
+
+    from nbconvert.filters.markdown import markdown2html
+
+    stored = grading.safe_markdown(markdown)
+    # the Formgrader renders the stored markdown again, with no sanitiser
+    for html in (stored, markdown2html(stored)):
+        for name, attributes in _tags(html):
+            assert name in grading.SAFE_TAGS, (markdown, html)
+            assert not _ACTIVE.search(attributes), (markdown, html)
+            assert "data:" not in attributes, (markdown, html)
+        text = htmlmod.unescape(re.sub(r"<[^>]+>", "", html))
+        assert not re.search(r"\\(href|class|style)", text), (markdown, text)
+    # a render leaves the stored form as it is, and storing it again changes nothing
+    assert markdown2html(stored).strip() == stored
+    assert grading.safe_markdown(stored) == stored
+
+
+def test_markdown_keeps_its_look_and_safe_pictures():
+    stored = grading.safe_markdown(
+        "# Title\n\nSome *emphasis*, `code` and [a link](https://pytorch.org/docs).\n\n"
+        "![sketch](attachment:sketch.png) ![vector](attachment:v.svg) "
+        "![gone](attachment:missing.png) ![inline](data:image/png;base64," + PNG + ")",
+        attachments={"sketch.png": {"image/png": PNG},
+                     "v.svg": {"image/svg+xml": "PHN2Zz48L3N2Zz4="}})
+    tags = _tags(stored)
+    assert ("h1", "") in tags and ("em", "") in tags and ("code", "") in tags
+    assert ("a", ' href="https://pytorch.org/docs"') in tags
+    images = [a for name, a in tags if name == "img"]
+    assert len(images) == 2 and all(f"data:image/png;base64,{PNG}" in a for a in images)
+    assert "[vector: not shown" in __import__("html").unescape(stored)
+
+
+def test_deep_nesting_is_flattened():
+    from src import safe_html
+
+    stored = grading.safe_markdown("<div>" * 20_000 + "deep" + "</div>" * 20_000)
+    assert "deep" in stored and stored.count("<div>") <= safe_html.MAX_DEPTH + 1
+
+
+def test_invisible_and_bidi_characters_are_shown_and_named():
+    # Trojan Source: the comment hides the early return from a reader
+    code = nbformat.v4.new_code_cell(
+        "access = 'user'\nif access != 'none\u202e \u2066# admin only\u2069 \u2066':\u200b\n"
+        "    pass\n")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("plain"), code])
+    nb, resources = grading.RevealInvisibles().preprocess(nb, {})
+    assert "\u27e6U+202E\u27e7" in nb.cells[1].source and "\u202e" not in nb.cells[1].source
+    assert nb.cells[0].source == "plain"
+    notes = resources[grading._KEY]["notes"]
+    assert len(notes) == 1 and notes[0].startswith("cell #1 (code)")
+    for name in ("U+202E RIGHT-TO-LEFT OVERRIDE", "U+2066 LEFT-TO-RIGHT ISOLATE",
+                 "U+2069 POP DIRECTIONAL ISOLATE", "U+200B ZERO WIDTH SPACE"):
+        assert name in notes[0]
+
+
+# ------------------------------------------------------------- copied files
+def test_only_allowed_files_beside_the_notebook_are_copied(tmp_path):
+    """nbgrader's own walk (find_all_files, which autograde and feedback use) skips a
+    submission whole; CopyAllowedFiles brings only what the instructor listed."""
+    from nbgrader.utils import find_all_files
+
+    sub = tmp_path / "submitted" / "mallory" / "attention"
+    (sub / "deep" / "er").mkdir(parents=True)
+    for name in ("lesson.ipynb", "page.shtml", "page.xht", "x.svgz", ".hidden.html",
+                 "deep/er/a.html", "figures.png", "notes.txt"):
+        (sub / name).write_text("<script>alert(1)</script>")
+    source = tmp_path / "source" / "attention"
+    source.mkdir(parents=True)
+    (source / "verify.py").write_text("x = 1\n")
+    ignore = [".ipynb_checkpoints", "*.pyc", *grading.copy_ignore(tmp_path)]
+    assert find_all_files(str(sub), ignore + ["*.ipynb"]) == []
+    assert find_all_files(str(source), ignore + ["*.ipynb"]) == [str(source / "verify.py")]
+    (tmp_path / "autograded" / "mallory" / "attention").mkdir(parents=True)
+    step = grading.CopyAllowedFiles(patterns=["*.png", "deep/*/*.txt"], max_files=5)
+    step.preprocess(nbformat.v4.new_notebook(), {"metadata": {"path": str(sub)}})
+    copied = sorted(p.relative_to(tmp_path).as_posix()
+                    for p in (tmp_path / "autograded").rglob("*") if p.is_file())
+    assert copied == ["autograded/mallory/attention/figures.png"]
 
 
 def test_limits_are_stated_in_nbgrader_config():
@@ -292,5 +416,139 @@ def test_limits_are_stated_in_nbgrader_config():
     lim = sandbox.LIMITS
     assert config.Execute.timeout == lim.cell_timeout
     for name in ("memory_gb", "processes", "file_mb", "tmp_mb", "notebook_seconds",
-                 "output_kb", "export_kb"):
+                 "budget_factor", "budget_floor", "output_kb", "export_kb"):
         assert config.SandboxedExecute[name] == getattr(lim, name), name
+    assert config.RefuseUnsafeSubmission.max_notebook_mb == lim.notebook_mb
+    assert config.RefuseUnsafeSubmission.max_cells == lim.max_cells
+    assert config.Grading.worker_memory_gb == lim.worker_memory_gb
+    assert config.Grading.feedback_seconds == lim.feedback_seconds
+    # the budget follows the reference run, within its floor and cap
+    assert lim.budget(None) == lim.notebook_seconds == 60
+    assert lim.budget(5.0) == 40 and lim.budget(1.0) == lim.budget_floor
+    assert lim.budget(30.0) == lim.notebook_seconds
+
+
+# ------------------------------------------------- honest environments and reasons
+LONG_TMPDIR_CHARS = 100  # the issue's figure: 35 characters already broke every kernel
+PTH_PROBE = r'''
+import os, sys, tempfile
+sys.path.insert(0, {root!r})
+import nbformat
+from nbclient import NotebookClient
+from src import sandbox
+assert len(tempfile.gettempdir()) >= {chars}, tempfile.gettempdir()
+box = sandbox.Sandbox({{n: os.path.join({root!r}, n) for n in ("verify.py", "src", "data")}})
+class Manager(sandbox.SandboxKernelManager):
+    sandbox = box
+nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+    "import numpy, sys\nprint('numpy from', numpy.__file__)")])
+nb.metadata["kernelspec"] = {{"name": "python3", "display_name": "Python 3"}}
+try:
+    NotebookClient(nb, kernel_manager_class=Manager, timeout=60).execute()
+finally:
+    box.cleanup()
+print(nb.cells[0].outputs[0]["text"], end="")
+'''
+
+
+@needs_bwrap
+def test_a_kernel_imports_from_pth_added_directories_whatever_tmpdir_is(tmp_path):
+    """An environment whose packages all come through a .pth file (they lie outside its
+    prefix), graded with a 100-character TMPDIR: the kernel starts and imports them."""
+    import sysconfig
+    import venv
+
+    env = tmp_path / "env"
+    venv.EnvBuilder(with_pip=False).create(env)
+    site = next(env.glob("lib/python3*/site-packages"))
+    (site / "course-packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    tmpdir = tmp_path / ("t" * (LONG_TMPDIR_CHARS - len(str(tmp_path)) - 1))
+    tmpdir.mkdir()
+    assert len(str(tmpdir)) == LONG_TMPDIR_CHARS
+    code = PTH_PROBE.format(root=str(ROOT), chars=LONG_TMPDIR_CHARS)
+    res = subprocess.run([str(env / "bin" / "python"), "-c", code], capture_output=True,
+                         text=True, timeout=180, env=dict(os.environ, TMPDIR=str(tmpdir)))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.startswith("numpy from " + sysconfig.get_paths()["purelib"]), res.stdout
+    assert list(tmpdir.iterdir()) == []  # the sandbox's files were removed
+
+
+@needs_bwrap
+def test_a_kernel_that_cannot_start_is_reported_with_its_stderr(tmp_path, monkeypatch):
+    spec = tmp_path / "kernels" / "broken"
+    spec.mkdir(parents=True)
+    crash = ("import sys; sys.stderr.write('Traceback (most recent call last):\\n"
+             "ImportError: libzmq.so.5: cannot open shared object file\\n'); sys.exit(3)")
+    (spec / "kernel.json").write_text(__import__("json").dumps({
+        "argv": [sys.executable, "-c", crash, "{connection_file}"],
+        "display_name": "broken", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")])
+    nb.metadata["kernelspec"] = {"name": "broken", "display_name": "broken"}
+    step = grading.SandboxedExecute(timeout=10, startup_timeout=30)
+    with pytest.raises(grading.GradingError) as info:
+        step.preprocess(nb, {"nbgrader": {"assignment": "attention"},
+                             "metadata": {"path": str(tmp_path)}})
+    message = str(info.value)
+    assert message.startswith("the kernel could not start (Kernel died before replying")
+    assert message.endswith("ImportError: libzmq.so.5: cannot open shared object file")
+
+
+# --------------------------------------------------------- one process, one student
+def _greedy(student, worker_memory_gb):
+    return student, True, f"allocated {len(bytearray(8 * 2**30))}", 0.0
+
+
+def _sleepy(student, worker_memory_gb):
+    import time
+
+    time.sleep(60)
+
+
+def test_each_worker_has_a_memory_limit_and_a_deadline(tmp_path, monkeypatch):
+    """Through the pool `make grade` and `make feedback` use: a process past its memory
+    limit or its deadline fails its own student, with the limit named."""
+    from src import course
+
+    monkeypatch.setenv("ATTENTION_COURSE_DIR", str(tmp_path))
+    outcomes = {}
+
+    def done(student, ok, error, seconds):
+        outcomes[student] = (ok, error)
+
+    course._run_workers(["greedy"], 1, (None, None, 1.0), 120, done, task=_greedy)
+    course._run_workers(["sleepy"], 1, (None, None, 1.0), 2, done, task=_sleepy,
+                        what="feedback")
+    assert outcomes == {
+        "greedy": (False, "the grading process ran out of its 1 GiB (c.Grading.worker_memory_gb)"),
+        "sleepy": (False, "feedback did not finish within 2 s (process stopped)")}
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="uid slots are used when grading as root")
+def test_uid_slots_are_locked_in_one_place_whatever_tmpdir_is(tmp_path):
+    slot = sandbox._UidSlot()
+    try:
+        code = ("import tempfile; from src import sandbox; s = sandbox._UidSlot(); "
+                "print(tempfile.gettempdir(), sandbox._LOCK_DIR, s.uid)")
+        res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60, env=dict(os.environ, TMPDIR=str(tmp_path)))
+        tmp, lock_dir, uid = res.stdout.split()
+    finally:
+        slot.release()
+    assert tmp == str(tmp_path) and lock_dir == str(sandbox._LOCK_DIR)
+    assert not sandbox._LOCK_DIR.is_relative_to(tmp_path)
+    assert int(uid) != slot.uid  # another grading run, another TMPDIR: another uid
+
+
+def test_a_notebook_over_the_size_or_cell_cap_is_refused_with_the_reason(tmp_path):
+    step = grading.RefuseUnsafeSubmission(max_notebook_mb=1, max_cells=3)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("x" * 10**6)
+                                         for _ in range(4)])
+    nbformat.write(nb, tmp_path / "lesson.ipynb")
+    resources = {"nbgrader": {"student": "bob"},
+                 "metadata": {"path": str(tmp_path), "name": "lesson"}}
+    with pytest.raises(grading.GradingError) as info:
+        step.preprocess(nb, resources)
+    size = (tmp_path / "lesson.ipynb").stat().st_size
+    assert f"lesson.ipynb is {size:,} bytes, over the cap of 1 MB" in str(info.value)
+    assert "the notebook has 4 cells, over the cap of 3" in str(info.value)

@@ -271,3 +271,62 @@ BIG_MESSAGE = 'print("x" * (100 * 2**20))  # one 100 MiB message\n'
 MARKDOWN_LINK = ("Notes: [open my grading notes](javascript:alert('pwned')) and "
                  "[ref link][1]\n\n[1]: javascript:alert('pwned')")
 EXTRA_HTML = "<script>alert('pwned')</script>"
+
+# ---------------------------------------------------------------- issue 14
+# What reaches the instructor's browser. Each markdown entry is one markdown cell, aimed at
+# one renderer: the Formgrader renders stored markdown a second time with no sanitiser, the
+# feedback goes through nbconvert, JupyterLab opens the .ipynb.
+STEAL = "fetch('/api/contents').then(r=>r.text()).then(t=>document.title='pwned '+t.length)"
+HOSTILE_MARKDOWN = [
+    "[notes](javascript:alert('pwned'))", "[r][1]\n\n[1]: javascript:alert('pwned')",
+    "<javascript:alert('pwned')>", "<a href='javascript:alert(1)'>x</a>",
+    "<a href='jav&#x09;ascript:alert(1)'>tab</a>", "<a href=' vbscript:msgbox(1)'>vb</a>",
+    "<a href='data:text/html,<script>alert(1)</script>'>data</a>",
+    "<img src=x onerror=alert('pwned')>", "<script>alert('pwned')</script>",
+    "<svg><script>alert(1)</script></svg>", "<iframe src='data:text/html,x'></iframe>",
+    # inert after one render, live after a second one (the Formgrader's)
+    f"&lt;a href=\"javascript:{STEAL}\"&gt;open my notes&lt;/a&gt;",
+    "`[click](javascript:alert(1))` and `<img src=x onerror=alert(1)>`",
+    "\\[click\\](javascript:alert(1)) \\<script\\>alert(1)\\</script\\>",
+    "```\n[click](javascript:alert(1))\n<script>alert(1)</script>\n```",
+    "$\\href{javascript:alert(1)}{x}$ $\\class{modal-backdrop}{x}$ $\\style{position:fixed}{x}$",
+]
+#: A fake full-score banner over a blacked-out page (Bootstrap's own classes, fixed style).
+OVERLAY = ("<div class='modal-backdrop in' style='position:fixed;top:0;left:0;width:100%;"
+           "height:100%;z-index:99999;background:#000'><h1 class='navbar-fixed-top' "
+           "id='notebook-container' style='color:#0f0'>Score: 9 / 9</h1></div>")
+#: Beacons: the instructor's browser would fetch them when the page opens.
+BEACON = ("![](https://tracker.example/b.png?who=mallory) <img src='//198.51.100.7/b.gif'> "
+          "![x][i] <img srcset='http://198.51.100.7/s.png 1x'> "
+          "<video poster='http://198.51.100.7/p.png'></video>\n\n[i]: http://198.51.100.7/i.png")
+#: Trojan Source (CVE-2021-42574): the early return reads as part of a comment.
+TROJAN = ("access_level = 'user'\n"
+          "if access_level != 'none\u202e \u2066# Check if admin\u2069 \u2066':  # noqa\n"
+          "    print('ADMIN')\u200b\n")
+#: Files beside the notebook in types an ignore list does not name.
+ACTIVE_FILES = {name: f"<script>{STEAL}</script>" for name in (
+    "notes.shtml", "notes.xht", "notes.xhtml", "notes.htm", "pic.svgz", "notes.mht",
+    ".hidden.html", "sub/page.html")}
+#: Nesting that made the sanitiser take 37 s and the feedback 32 s.
+DEEP_NESTING = "<div>" * 20_000 + "deep" + "</div>" * 20_000
+#: Fill every writable place the sandbox has outside its capped tmpfs.
+FILL_DISK = r'''
+import os
+from ipykernel.connect import get_connection_file
+written = {{}}
+targets = {{"grading": "/grading/fill.bin",
+           "export": "/grading/cell7_values_test.npz",
+           "ipc": os.path.join(os.path.dirname(get_connection_file()), "fill.bin")}}
+for where, path in targets.items():
+    written[where] = 0
+    try:
+        with open(path, "ab") as fh:
+            for _ in range(1024):  # 1 GiB
+                fh.write(b"\0" * 2**20)
+                written[where] += 1
+    except OSError as exc:
+        print(where, "stopped:", type(exc).__name__)
+    if written[where] > 64:
+        print("{success} wrote", written[where], "MiB to", path)
+'''
+SLEEPY = "import time\ntime.sleep({seconds})\n"

@@ -184,6 +184,7 @@ def write_submissions(cases, base: Path | None = None) -> list[str]:
         else:
             target.write_text(case["nb"], encoding="utf-8")
         for name, text in case.get("extra", {}).items():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
             (folder / name).write_text(text, encoding="utf-8")
         for name, link in case.get("symlinks", {}).items():
             (folder / name).symlink_to(link)
@@ -273,6 +274,7 @@ def attack_cases(slow_cells: int = 0, cell_timeout: int = 10) -> list[dict]:
         dict(name="xss-markdown-link", expected=full, extra={"summary.html": a.EXTRA_HTML},
              nb=submission_notebook(added=[("cell3_data", "markdown", a.MARKDOWN_LINK)])),
     ]
+    cases += issue14_cases(fmt)
     if slow_cells:
         sleepy = [("cell4_projections_test", "code", a.SLOW_CELL.format(seconds=cell_timeout - 1))
                   ] * slow_cells
@@ -292,3 +294,44 @@ def _without_grade_id():
         if cell.get("id") == "cell5_scores":
             del cell.metadata["nbgrader"]["grade_id"]
     return nbformat.writes(nb)
+
+
+def issue14_cases(fmt) -> list[dict]:
+    """What reaches the instructor's browser, honest notebooks grading once failed on, and
+    submissions too big or too busy (issue 14), as attackers and students write them."""
+    import base64
+
+    from src import sandbox
+    from tests.cohort import attacks as a
+
+    full = expected_scores()
+    png = base64.b64encode(bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d4944415478da63f8cfc0f01f0005000201a5e5e7d30000000049454e44ae426082")
+    ).decode()
+    pasted = nbformat.reads(submission_notebook(), as_version=4)
+    picture = nbformat.v4.new_markdown_cell("My sketch of the weights: "
+                                            "![image.png](attachment:image.png)")
+    picture["attachments"] = {"image.png": {"image/png": png}}
+    pasted.cells.insert(3, picture)
+    markdown = [("cell3_data", "markdown", md) for md in
+                a.HOSTILE_MARKDOWN + [a.OVERLAY, a.BEACON]]
+    big = "x" * (sandbox.LIMITS.notebook_mb * 10**6 + 1)
+    return [
+        dict(name="pasted-picture", nb=nbformat.writes(pasted), expected=full),
+        dict(name="xss-second-render", nb=submission_notebook(added=markdown), expected=full),
+        dict(name="active-files", nb=submission_notebook(), expected=full,
+             extra=a.ACTIVE_FILES | {f"junk/{i}.txt": "x" * 1000 for i in range(2006)}),
+        dict(name="trojan-source", expected=full, trojan=True,
+             nb=submission_notebook(added=[("cell4_projections_test", "code", a.TROJAN)])),
+        dict(name="deep-nesting", expected=full,
+             nb=submission_notebook(added=[("cell3_data", "markdown", a.DEEP_NESTING)])),
+        dict(name="fill-disk", expected=full,
+             nb=submission_notebook(added=[("cell4_projections_test", "code",
+                                            a.FILL_DISK.format(**fmt))])),
+        dict(name="huge-notebook", fails="over the cap of",
+             nb=submission_notebook(added=[("cell3_data", "markdown", big)])),
+        dict(name="many-cells", fails="cells, over the cap of",
+             nb=submission_notebook(added=[("cell3_data", "markdown", "note")] *
+                                    sandbox.LIMITS.max_cells)),
+    ]

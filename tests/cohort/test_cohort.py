@@ -54,7 +54,11 @@ def _outside_state():
 
 
 def _grading_dirs():
-    return set(Path("/tmp").glob("attention-grading-*"))
+    import tempfile
+
+    return {p for base in {Path("/tmp"), Path(tempfile.gettempdir())}
+            for p in base.glob("attention-grading-*")} | set(
+        Path("/tmp").glob(f"attention-ipc-{os.getuid()}/*"))
 
 
 def _lingering():
@@ -62,11 +66,27 @@ def _lingering():
     return [ln for ln in out.stdout.splitlines() if "pgrep" not in ln]
 
 
+#: The whole cohort is graded under a TMPDIR this long (Unix socket paths hold 107 bytes).
+LONG_TMPDIR_CHARS = 100
+
+
+def _long_tmpdir(base: Path) -> Path:
+    path = base / ("t" * (LONG_TMPDIR_CHARS - len(str(base)) - 1))
+    path.mkdir()
+    assert len(str(path)) == LONG_TMPDIR_CHARS
+    return path
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
+    import tempfile
+
     mp = pytest.MonkeyPatch()
     mp.setenv("ATTENTION_COURSE_DIR", str(tmp_path_factory.mktemp("course")))
     mp.setenv("ATTENTION_NOTEBOOK_BUDGET", str(BUDGET))
+    tmpdir = _long_tmpdir(tmp_path_factory.mktemp("tmp"))
+    mp.setenv("TMPDIR", str(tmpdir))
+    mp.setattr(tempfile, "tempdir", str(tmpdir))
     course.release()
     (course.course_dir() / "INSTRUCTOR_SECRET.txt").write_text(attacks.INSTRUCTOR_SECRET)
     cases = hostile_cases() + mistake_cases() + attack_cases(slow_cells=6, cell_timeout=TIMEOUT)
@@ -223,3 +243,80 @@ def test_report_file_is_beside_each_autograded_notebook(graded):
             assert {c["cell"] for c in cells} == {
                 "cell4_projections_test", "cell5_scores_test", "cell6_softmax_test",
                 "cell7_values_test"} or r.student == "deleted-graded-cell"
+
+
+# ------------------------------------------------------------------ issue 14
+def _folder(kind, student):
+    return course.course_dir() / kind / student / course.ASSIGNMENT
+
+
+def test_only_the_notebook_reaches_autograded_and_feedback(graded):
+    _, report, _, _ = graded
+    for r in report.results:
+        if not r.ok:
+            continue
+        # the course's own files (source/) and the report; nothing of the student's
+        assert {p.name for p in _folder("autograded", r.student).iterdir()} == {
+            "lesson.ipynb", REPORT_NAME, "verify.py", "src", "data"}, r.student
+        assert [p.name for p in _folder("feedback", r.student).iterdir()] == [
+            "lesson.html"], r.student
+
+
+def test_stored_markdown_stays_inert_when_the_formgrader_renders_it_again(graded):
+    from nbconvert.filters.markdown import markdown2html
+
+    from tests.test_grading import _ACTIVE, _tags
+
+    for student in ("xss-second-render", "xss-feedback", "xss-markdown-link", "deep-nesting"):
+        nb = json.loads((_folder("autograded", student) / "lesson.ipynb").read_text())
+        for cell in nb["cells"]:
+            if cell["cell_type"] != "markdown":
+                continue
+            source = "".join(cell["source"])
+            for html in (source, markdown2html(source)):
+                for name, attributes in _tags(html):
+                    assert not _ACTIVE.search(attributes) and "data:" not in attributes, (
+                        student, html[:500])
+    page = (_folder("feedback", "xss-second-render") / "lesson.html").read_text()
+    for beacon in ("tracker.example", "198.51.100.7"):
+        assert not re.search(rf"""src\s*=\s*["'][^"']*{re.escape(beacon)}""", page), beacon
+    # the banner is there as text; no element wears the page's own classes (Bootstrap's
+    # stylesheet, inlined in the page, names modal-backdrop itself)
+    assert "Score: 9 / 9" in page
+    assert not re.search(r"""class\s*=\s*["'][^"']*(modal-backdrop|navbar-fixed)""", page)
+
+
+def test_a_pasted_picture_is_graded_and_shown_in_the_feedback(graded):
+    _, report, _, _ = graded
+    assert {r.student: r.ok for r in report.results}["pasted-picture"]
+    page = (_folder("feedback", "pasted-picture") / "lesson.html").read_text()
+    assert re.search(r'<img [^>]*src="data:image/png;base64,iVBORw0KGgo', page)
+
+
+def test_trojan_source_is_shown_and_named(graded):
+    cases, report, _, _ = graded
+    cells = json.loads((_folder("autograded", "trojan-source") / "lesson.ipynb").read_text())
+    sources = "".join("".join(c["source"]) for c in cells["cells"])
+    assert "\u27e6U+202E\u27e7" in sources and "\u202e" not in sources
+    summary = report.summary()
+    assert re.search(r"trojan-source \(cell #\d+ \(code\) holds invisible or bidirectional "
+                     r"characters.*U\+202E RIGHT-TO-LEFT OVERRIDE", summary), summary
+    for case in cases:  # no other notebook gets such a note
+        if not case.get("trojan"):
+            assert not re.search(rf"{re.escape(case['name'])} \(cell #\d+ \(\w+\) holds "
+                                 "invisible", summary), case["name"]
+
+
+def test_a_kernel_cannot_fill_the_disk_outside_its_quota(graded):
+    outputs = _outputs("fill-disk")
+    for where in ("grading", "export", "ipc"):
+        assert f"{where} stopped:" in outputs, (where, outputs[-2000:])
+    assert attacks.SUCCESS not in outputs
+
+
+def test_a_notebook_past_its_budget_is_stopped_with_the_reason(graded):
+    _, report, _, _ = graded
+    summary = report.summary()
+    assert re.search(r"stopped early: .*many-slow-cells \(the notebook used up its \d+ s "
+                     r"budget \(8 x the reference run's [\d.]+ s, between 30 and \d+ s\)\)",
+                     summary), summary

@@ -291,9 +291,12 @@ def _interpreter_for(user: str) -> str:
         if not cand or cand in seen or not os.path.exists(cand):
             continue
         seen.append(cand)
-        res = run_as(user, [cand, "-c", "import sys, venv, ensurepip; "
-                            "sys.exit(sys.version_info[:2] != (3, 11))"],
-                     Path("/"), timeout=60, check=False)
+        try:
+            res = run_as(user, [cand, "-c", "import sys, venv, ensurepip; "
+                                "sys.exit(sys.version_info[:2] != (3, 11))"],
+                         Path("/"), timeout=60, check=False)
+        except OSError:  # not executable for this user
+            continue
         if res.returncode == 0:
             return cand
     raise HubError(f"no Python 3.11 with venv that user {user} can run (tried "

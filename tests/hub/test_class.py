@@ -1,0 +1,318 @@
+"""A whole assignment on a real JupyterHub class, in headless Chromium, through the UI.
+
+The instructor generates and releases in the Formgrader; student1 fetches, types the four
+answers into cells 4-7, validates and submits; student2 first submits the untouched
+notebook, then types answers with a named mistake (Cell 5 without the division by
+sqrt(d_k)), sees it in Validate and submits again (the last submission counts, with its
+timestamp). The instructor collects and autogrades each (sandboxed, trusted scores): the
+gradebook holds 9/9 and 7/9, cell by cell. Feedback is generated and released; each
+student fetches their own and sees their verified score and the failing check.
+
+Then isolation, tried as a student would: student1's own kernel and terminal on the hub try
+to read student2's home and exchange files and the instructor's course, source/,
+gradebook.db and autograded/. Screenshots: screenshots/hub-*.png.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from hub import classroom
+from tests.cohort.build import NO_SCALING, solved_sources
+
+pytestmark = [pytest.mark.hub, pytest.mark.slow]
+NOTEBOOK = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+MENU = ".lm-MenuBar-itemLabel"
+ANSWERS = ("cell4_projections", "cell5_scores", "cell6_softmax", "cell7_values")
+#: Each test cell's points (verify.GRADE_CELLS); the mistake costs exactly Cell 5's 2.
+RIGHT = {"cell4_projections_test": 2.0, "cell5_scores_test": 2.0,
+         "cell6_softmax_test": 3.0, "cell7_values_test": 2.0}
+WRONG = {**RIGHT, "cell5_scores_test": 0.0}
+
+
+class Person:
+    """One logged-in browser session of one user of the class."""
+
+    def __init__(self, browser, room, name):
+        self.room, self.name = room, name
+        self.context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(120_000)
+        self.url = f"{room.url}/user/{name}"
+
+    def login(self, shot=None):
+        page = self.page
+        page.goto(f"{self.room.url}/hub/login")
+        page.fill("#username_input", self.name)
+        page.fill("#password_input", classroom.read_passwords(self.room)[self.name])
+        if shot:
+            page.screenshot(path=shot)
+        page.click("#login_submit")
+        # The server starts as this Unix user (torch, nbgrader: seconds on a busy machine).
+        page.wait_for_selector(f"{MENU} >> text=Nbgrader", timeout=240_000)
+        assert page.url.startswith(self.url), page.url
+
+    def menu(self, top, item):
+        self.page.locator(MENU, has_text=re.compile(f"^{top}$")).click()
+        self.page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{item}$")).click()
+
+    def xsrf(self) -> dict:
+        cookie = [c for c in self.context.cookies() if c["name"] == "_xsrf"]
+        return {"X-XSRFToken": cookie[0]["value"]} if cookie else {}
+
+
+@pytest.fixture(scope="module")
+def people(browser, room):
+    room_, _ = room
+    out = {}
+    yield lambda name: out.setdefault(name, Person(browser, room_, name))
+    for p in out.values():
+        p.context.close()
+
+
+@pytest.fixture(scope="module")
+def names(room):
+    room_, _ = room
+    return room_.instructor, *room_.student_names
+
+
+def formgrader_action(page, row, cls, endpoint):
+    """Click a Formgrader button (``td.<cls> a``) and return nbgrader's JSON answer."""
+    with page.expect_response(lambda r: r.url.endswith(endpoint), timeout=300_000) as resp:
+        row.locator(f"td.{cls} a").first.click()
+    result = json.loads(resp.value.json()) if isinstance(resp.value.json(), str) else \
+        resp.value.json()
+    modal = page.locator(".modal.in, .modal.show")
+    if modal.count():
+        modal.locator("button", has_text=re.compile("^(OK|Close)$")).first.click()
+        expect(page.locator(".modal.in, .modal.show")).to_have_count(0)
+    return result
+
+
+def assignment_list(person):
+    """Nbgrader > Assignment List; its panel."""
+    person.menu("Nbgrader", "Assignment List")
+    panel = person.page.locator("#released_assignments_list").locator("xpath=../../../..")
+    expect(person.page.locator("#released_assignments_list")).to_be_visible()
+    return panel
+
+
+def student_action(person, button, endpoint, scope="body"):
+    """Press an Assignment List button and return nbgrader's answer to it."""
+    page = person.page
+    with page.expect_response(lambda r: endpoint in r.url and r.request.method == "POST",
+                              timeout=300_000) as resp:
+        page.locator(scope).locator("button", has_text=re.compile(f"^{button}$")).first.click()
+    return resp.value
+
+
+def open_lesson(person):
+    page = person.page
+    page.goto(f"{person.url}/lab/tree/attention/lesson.ipynb")
+    page.wait_for_selector(f"{NOTEBOOK} .jp-Cell")
+    expect(page.locator(f"{NOTEBOOK} .jp-Cell").first).to_be_visible()
+    return page
+
+
+def cell(page, cell_id, ids):
+    return page.locator(f"{NOTEBOOK} .jp-Cell").nth(ids.index(cell_id))
+
+
+def type_answers(person, sources):
+    """Type each answer into its cell (cells 4-7), then save."""
+    page = open_lesson(person)
+    ids = classroom_cell_ids(person)
+    for cid in ANSWERS:
+        editor = cell(page, cid, ids).locator(".cm-content")
+        editor.click()
+        page.keyboard.press("Control+A")
+        page.keyboard.insert_text(sources[cid])  # no auto-indent or auto-brackets
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+S")
+    expect(page.locator(f"{NOTEBOOK} .jp-mod-dirty")).to_have_count(0)
+    expect(page.locator(".jp-mod-current.jp-mod-dirty")).to_have_count(0)
+
+
+def classroom_cell_ids(person) -> list[str]:
+    """The cell ids of the student's fetched notebook, in order (read as root)."""
+    path = person.room.home(person.name) / "attention" / "lesson.ipynb"
+    return [c.get("id") for c in json.loads(path.read_text())["cells"]]
+
+
+def validate(person):
+    page = person.page
+    page.locator(f"{NOTEBOOK} .jp-Toolbar").get_by_text("Validate", exact=True).click()
+    dialog = page.locator(".jp-Dialog")
+    expect(dialog).to_contain_text("Validation Results", timeout=300_000)
+    return dialog
+
+
+def close_dialog(page):
+    page.locator(".jp-Dialog").locator("button").last.click()
+    expect(page.locator(".jp-Dialog")).to_have_count(0)
+
+
+def submit(person):
+    page = person.page
+    page.goto(f"{person.url}/lab")
+    assignment_list(person)
+    answer = student_action(person, "Submit", "/assignments/submit", "#fetched_assignments_list")
+    assert answer.ok and answer.json()["success"], answer.text()
+
+
+def inbound(room, student):
+    """The names of ``student``'s submissions in the exchange (as root)."""
+    return sorted(p.name for p in (room.exchange / classroom.COURSE_ID / "inbound").iterdir()
+                  if p.name.startswith(f"{student}+"))
+
+
+def gradebook_cells(room, student) -> dict:
+    from nbgrader.api import Gradebook
+
+    url = f"sqlite:///{room.course_dir / 'gradebook.db'}"
+    with Gradebook(url, classroom.COURSE_ID) as gb:
+        sub = gb.find_submission(classroom.ASSIGNMENT, student)
+        return {g.name: g.auto_score for nb in sub.notebooks for g in nb.grades}
+
+
+# ------------------------------------------------------------------ the lifecycle
+def test_1_instructor_releases_in_the_formgrader(room, people, names, shots):
+    room_, _ = room
+    teacher = people(names[0])
+    teacher.login(shot=shots / "hub-1-login.png")
+    teacher.menu("Nbgrader", "Formgrader")
+    frame = teacher.page.frame_locator("iframe[src*='formgrader']")
+    expect(frame.locator("body")).to_contain_text("Manage Assignments", timeout=120_000)
+    page = teacher.page
+    page.goto(f"{teacher.url}/formgrader/manage_assignments")
+    row = page.locator("#main-table tr", has=page.locator("td.name", has_text="attention"))
+    expect(row).to_have_count(1)
+    generated = formgrader_action(page, row, "assign", "/assign")
+    assert generated["success"], generated
+    released = formgrader_action(page, row, "release", "/release")
+    assert released["success"], released
+    expect(row.locator("td.status")).to_contain_text("released")
+    page.screenshot(path=shots / "hub-2-released.png")
+    outbound = room_.exchange / classroom.COURSE_ID / "outbound" / classroom.ASSIGNMENT
+    assert (outbound / "lesson.ipynb").exists()
+    assert "BEGIN SOLUTION" not in (outbound / "lesson.ipynb").read_text()
+
+
+def test_2_students_fetch_validate_and_submit(room, people, names, shots):
+    room_, _ = room
+    right, wrong = people(names[1]), people(names[2])
+    solved = solved_sources()
+    mistaken = dict(solved)
+    for old, new in NO_SCALING["cell5_scores"]:
+        assert old in mistaken["cell5_scores"]
+        mistaken["cell5_scores"] = mistaken["cell5_scores"].replace(old, new)
+
+    for person in (right, wrong):
+        person.login()
+        assignment_list(person)
+        answer = student_action(person, "Fetch", "/assignments/fetch",
+                                "#released_assignments_list")
+        assert answer.ok and answer.json()["success"], answer.text()
+        expect(person.page.locator("#fetched_assignments_list")).to_contain_text("attention")
+    right.page.screenshot(path=shots / "hub-3-fetched.png")
+
+    # student2 submits the untouched notebook first: it must not be what counts.
+    submit(wrong)
+    first = inbound(room_, wrong.name)
+    assert len(first) == 1, first
+    time.sleep(1.1)  # nbgrader's timestamps have microseconds; keep them clearly apart
+
+    type_answers(right, solved)
+    dialog = validate(right)
+    expect(dialog).to_contain_text("Success!")
+    close_dialog(right.page)
+    submit(right)
+
+    type_answers(wrong, mistaken)
+    dialog = validate(wrong)
+    text = dialog.inner_text()
+    # nbgrader shows the failing test cells' code: only Cell 5's check failed.
+    assert "check_attention_scores" in text, text
+    for other in ("check_projections", "check_softmax", "check_attended_values"):
+        assert other not in text, (other, text)
+    wrong.page.screenshot(path=shots / "hub-4-validate-cell5-wrong.png")
+    close_dialog(wrong.page)
+    submit(wrong)
+    both = inbound(room_, wrong.name)
+    assert len(both) == 2, both
+    expect(wrong.page.locator("#submitted_assignments_list")).to_contain_text("attention")
+    wrong.page.screenshot(path=shots / "hub-5-submitted.png")
+
+
+def test_3_instructor_collects_and_autogrades_in_the_sandbox(room, people, names, shots):
+    room_, _ = room
+    teacher = people(names[0])
+    page = teacher.page
+    page.goto(f"{teacher.url}/formgrader/manage_assignments")
+    row = page.locator("#main-table tr", has=page.locator("td.name", has_text="attention"))
+    collected = formgrader_action(page, row, "collect", "/collect")
+    assert collected["success"], collected
+    expect(row.locator("td.num-submissions")).to_have_text("2")
+
+    # The last submission counts, with its own timestamp.
+    latest = inbound(room_, names[2])[-1].split("+")[2]
+    stamp = room_.course_dir / "submitted" / names[2] / classroom.ASSIGNMENT / "timestamp.txt"
+    assert stamp.read_text().strip() == latest
+
+    page.goto(f"{teacher.url}/formgrader/manage_submissions/{classroom.ASSIGNMENT}")
+    for student in names[1:]:
+        srow = page.locator("#main-table tr",
+                            has=page.locator(".student-id", has_text=student))
+        result = formgrader_action(page, srow, "autograde", f"/{student}/autograde")
+        assert result["success"], result.get("error") or result.get("log")
+        assert "verified" in result["log"] or "shown" in result["log"] or result["success"]
+    for student, total in ((names[1], "9 / 9"), (names[2], "7 / 9")):
+        srow = page.locator("#main-table tr", has=page.locator(".student-id", has_text=student))
+        expect(srow.locator(".score")).to_have_text(total)
+    page.screenshot(path=shots / "hub-6-autograded.png")
+
+    assert gradebook_cells(room_, names[1]) == RIGHT
+    assert gradebook_cells(room_, names[2]) == WRONG
+    # Graded in the sandbox, scored by the trusted step: its report lies beside each.
+    for student in names[1:]:
+        report = (room_.course_dir / "autograded" / student / classroom.ASSIGNMENT /
+                  "grading_report.json")
+        assert report.exists(), report
+
+
+def test_4_feedback_is_released_and_each_student_sees_their_own(room, people, names, shots):
+    room_, _ = room
+    teacher = people(names[0])
+    page = teacher.page
+    page.goto(f"{teacher.url}/formgrader/manage_assignments")
+    row = page.locator("#main-table tr", has=page.locator("td.name", has_text="attention"))
+    assert formgrader_action(page, row, "generate-feedback", "/generate_feedback")["success"]
+    assert formgrader_action(page, row, "release-feedback", "/release_feedback")["success"]
+
+    for student, score, cells in ((names[1], "9", RIGHT), (names[2], "7", WRONG)):
+        person = people(student)
+        person.page.goto(f"{person.url}/lab")
+        assignment_list(person)
+        answer = student_action(person, "Fetch Feedback", "/assignments/fetch_feedback",
+                                "#submitted_assignments_list")
+        assert answer.ok and answer.json()["success"], answer.text()
+        feedback = sorted((room_.home(student) / "attention" / "feedback").glob(
+            "*/lesson.html"))
+        assert len(feedback) == 1, feedback  # the last submission's only
+        html = feedback[0].read_text()
+        assert f"(Score: {score}.0 / 9.0)" in html, student
+        # Open it in the student's own server, as the Assignment List's link does.
+        rel = feedback[0].relative_to(room_.home(student))
+        person.page.goto(f"{person.url}/files/{rel}")
+        expect(person.page.locator("h4").first).to_contain_text(f"(Score: {score}.0 / 9.0)")
+        for grade_id, points in cells.items():  # nbgrader's table of contents, per cell
+            entry = person.page.locator(f"#toc li:has(a[href='#{grade_id}'])")
+            expect(entry).to_contain_text(f"(Score: {points} / {RIGHT[grade_id]})")
+        if student == names[2]:
+            person.page.locator("#cell5_scores_test").scroll_into_view_if_needed()
+            person.page.screenshot(path=shots / "hub-7-feedback-cell5.png")

@@ -395,8 +395,14 @@ def ensure_user_config(room: Classroom) -> None:
             _write_owned(jupyter / "lab" / "user-settings" / "@jupyterlab" /
                          f"{name}.jupyterlab-settings", json.dumps(value), user)
         student = user != room.instructor
-        _write_owned(jupyter / "jupyter_server_config.json", json.dumps({"ServerApp": {
-            "jpserver_extensions": {e: not student for e in INSTRUCTOR_ONLY_SERVER}}}), user)
+        server = {"jpserver_extensions": {e: not student for e in INSTRUCTOR_ONLY_SERVER}}
+        if not student:
+            # JupyterHub's servers forbid every frame ("frame-ancestors 'none'"), and
+            # JupyterLab shows the Formgrader in one: allow frames from the same origin only.
+            server["tornado_settings"] = {
+                "headers": {"Content-Security-Policy": "frame-ancestors 'self'"}}
+        _write_owned(jupyter / "jupyter_server_config.json",
+                     json.dumps({"ServerApp": server}), user)
         _write_owned(jupyter / "labconfig" / "page_config.json", json.dumps(
             {"disabledExtensions": {e: student for e in INSTRUCTOR_ONLY_LAB}}), user)
 

@@ -87,10 +87,12 @@ def formgrader_action(page, row, cls, endpoint):
         row.locator(f"td.{cls} a").first.click()
     result = json.loads(resp.value.json()) if isinstance(resp.value.json(), str) else \
         resp.value.json()
-    modal = page.locator(".modal.in, .modal.show")
-    if modal.count():
-        modal.locator("button", has_text=re.compile("^(OK|Close)$")).first.click()
-        expect(page.locator(".modal.in, .modal.show")).to_have_count(0)
+    # Each action answers with a modal (nbgrader's log): close it.
+    modal = page.locator(".modal.in")
+    expect(modal).to_be_visible()
+    modal.locator(".modal-footer button", has_text="OK").click()
+    expect(page.locator(".modal.in")).to_have_count(0)
+    expect(page.locator(".modal-backdrop")).to_have_count(0)
     return result
 
 
@@ -270,7 +272,6 @@ def test_3_instructor_collects_and_autogrades_in_the_sandbox(room, people, names
                             has=page.locator(".student-id", has_text=student))
         result = formgrader_action(page, srow, "autograde", f"/{student}/autograde")
         assert result["success"], result.get("error") or result.get("log")
-        assert "verified" in result["log"] or "shown" in result["log"] or result["success"]
     for student, total in ((names[1], "9 / 9"), (names[2], "7 / 9")):
         srow = page.locator("#main-table tr", has=page.locator(".student-id", has_text=student))
         expect(srow.locator(".score")).to_have_text(total)
@@ -316,3 +317,118 @@ def test_4_feedback_is_released_and_each_student_sees_their_own(room, people, na
         if student == names[2]:
             person.page.locator("#cell5_scores_test").scroll_into_view_if_needed()
             person.page.screenshot(path=shots / "hub-7-feedback-cell5.png")
+
+
+# -------------------------------------------------------------------- isolation
+def targets(room, me, other) -> dict:
+    """What ``me`` must not reach: {label: path}, each checked to exist (as root)."""
+    inbound_dir = room.exchange / classroom.COURSE_ID / "inbound"
+    theirs = inbound(room, other)[-1]
+    out = {
+        "other's home": room.home(other),
+        "other's notebook": room.home(other) / "attention" / "lesson.ipynb",
+        "other's nbgrader cache": room.home(other) / ".local" / "share" / "jupyter",
+        "other's feedback": next((room.home(other) / "attention" / "feedback").iterdir()),
+        "the exchange's inbound": inbound_dir,
+        "the exchange's feedback": room.exchange / classroom.COURSE_ID / "feedback",
+        "instructor's course": room.course_dir,
+        "source/": room.course_dir / "source" / classroom.ASSIGNMENT / "lesson.ipynb",
+        "gradebook.db": room.course_dir / "gradebook.db",
+        "autograded/": room.course_dir / "autograded",
+        "other's autograded notebook": room.course_dir / "autograded" / other /
+        classroom.ASSIGNMENT / "lesson.ipynb",
+        "submitted/": room.course_dir / "submitted",
+        "the solutions": room.course_copy / "complete_lesson.ipynb",
+    }
+    for label, path in out.items():
+        assert path.exists(), (label, path)
+    # Without the submission's random suffix (72 bits) its name cannot be guessed.
+    guess = inbound_dir / "+".join(theirs.split("+")[:3])
+    out["other's submission, guessed name"] = guess / "lesson.ipynb"
+    return {k: str(v) for k, v in out.items()}
+
+
+PROBE = '''import json, os, pwd
+targets = json.loads({targets!r})
+seen = {{"whoami": pwd.getpwuid(os.getuid()).pw_name}}
+for label, path in targets.items():
+    try:
+        if os.path.isdir(path):
+            os.listdir(path)
+        else:
+            open(path, "rb").read(1)
+        seen[label] = "READ"
+    except OSError as exc:
+        seen[label] = type(exc).__name__
+released = {released!r}
+for label, attempt in (("overwrite the release", lambda: open(released, "a")),
+                       ("rename the course in the exchange",
+                        lambda: os.rename({course!r}, {course!r} + "-x"))):
+    try:
+        attempt()
+        seen[label] = "DONE"
+    except OSError as exc:
+        seen[label] = type(exc).__name__
+print("PROBE" + json.dumps(seen))
+'''
+
+
+def test_5_a_students_kernel_cannot_reach_other_people(room, people, names, shots):
+    room_, _ = room
+    me, other = names[1], names[2]
+    person = people(me)
+    course = room_.exchange / classroom.COURSE_ID
+    code = PROBE.format(targets=json.dumps(targets(room_, me, other)),
+                        released=str(course / "outbound" / classroom.ASSIGNMENT /
+                                     "lesson.ipynb"), course=str(course))
+    nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": "probe",
+                     "metadata": {}, "outputs": [], "source": code}],
+          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                      "language": "python"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    page = person.page
+    page.goto(f"{person.url}/lab")
+    answer = page.request.put(f"{person.url}/api/contents/probe.ipynb", headers=person.xsrf(),
+                              data=json.dumps({"type": "notebook", "content": nb}))
+    assert answer.ok, answer.text()
+    page.goto(f"{person.url}/lab/tree/probe.ipynb")
+    page.wait_for_selector(f"{NOTEBOOK} .jp-Cell")
+    person.menu("Run", "Run All Cells")
+    output = page.locator(f"{NOTEBOOK} .jp-OutputArea-output")
+    expect(output).to_contain_text("PROBE", timeout=120_000)
+    seen = json.loads(output.inner_text().split("PROBE", 1)[1])
+    page.screenshot(path=shots / "hub-8-isolation-kernel.png")
+    assert seen.pop("whoami") == me
+    guessed = seen.pop("other's submission, guessed name")
+    assert guessed in ("FileNotFoundError", "PermissionError"), guessed
+    assert seen == {label: "PermissionError" for label in seen}, seen
+
+
+def test_6_a_students_terminal_cannot_reach_other_people(room, people, names):
+    room_, _ = room
+    me, other = names[1], names[2]
+    person = people(me)
+    paths = targets(room_, me, other)
+    result = room_.home(me) / "terminal-probe.txt"
+    script = "; ".join(
+        f"if cat {json.dumps(p)} >/dev/null 2>&1 || ls {json.dumps(p)} >/dev/null 2>&1; "
+        f"then echo OPEN {json.dumps(label)}; else echo DENIED {json.dumps(label)}; fi"
+        for label, p in paths.items())
+    page = person.page
+    page.goto(f"{person.url}/lab")
+    answer = page.request.post(f"{person.url}/api/terminals", headers=person.xsrf())
+    assert answer.ok, answer.text()
+    page.goto(f"{person.url}/lab/terminals/{answer.json()['name']}")
+    terminal = page.locator(".jp-Terminal .xterm-screen")
+    expect(terminal).to_be_visible()
+    terminal.click()
+    page.keyboard.insert_text(f"(whoami; {script}) > {result}.tmp; mv {result}.tmp {result}")
+    page.keyboard.press("Enter")
+    deadline = time.monotonic() + 60
+    while not result.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    lines = result.read_text().splitlines()
+    assert lines[0] == me
+    assert [ln for ln in lines[1:] if not ln.startswith("DENIED")] == [], lines
+    assert len(lines) == 1 + len(paths)
+    assert result.stat().st_uid == room_.home(me).stat().st_uid  # written by the student

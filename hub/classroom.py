@@ -431,7 +431,8 @@ def ensure_course(room: Classroom, log=print) -> None:
     # The source (src.course.build_source, the same as `make release`) and the students.
     script = ("import sys\nfrom nbgrader.api import Gradebook\nfrom src.course import "
               "build_source\nbuild_source()\nwith Gradebook(sys.argv[1], sys.argv[2]) as gb:\n"
-              "    for s in sys.argv[3:]:\n        gb.update_or_create_student(s)\n")
+              "    for i, s in enumerate(sys.argv[3:], 1):\n        gb.update_or_create_student("
+              "s, last_name='Student', first_name=str(i))\n")
     run_as(room.instructor, [python, "-c", script,
                              f"sqlite:///{room.course_dir / 'gradebook.db'}", COURSE_ID,
                              *room.student_names], copy, env={"PYTHONPATH": str(copy)})

@@ -173,6 +173,32 @@ def inbound(room, student):
                   if p.name.startswith(f"{student}+"))
 
 
+def rss_mb(user: str) -> float:
+    """Resident memory of every process of ``user`` (their server and kernels), MiB."""
+    import pwd
+    from pathlib import Path
+
+    uid, total = pwd.getpwnam(user).pw_uid, 0
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and d.stat().st_uid == uid:
+                for line in (d / "status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
+FIGURES = {}
+
+
+def record(shots, **figures):
+    """Measured figures for README ("Running a real class"): screenshots/hub-figures.json."""
+    FIGURES.update(figures)
+    (shots / "hub-figures.json").write_text(json.dumps(FIGURES, indent=1))
+
+
 def gradebook_cells(room, student) -> dict:
     from nbgrader.api import Gradebook
 
@@ -235,8 +261,11 @@ def test_2_students_fetch_validate_and_submit(room, people, names, shots):
     close_dialog(right.page)
     submit(right)
 
+    record(shots, server_mb_after_validate=round(rss_mb(right.name)))
     type_answers(wrong, mistaken)
+    t0 = time.monotonic()
     dialog = validate(wrong)
+    record(shots, validate_seconds=round(time.monotonic() - t0, 1))
     text = dialog.inner_text()
     # nbgrader shows the failing test cells' code: only Cell 5's check failed.
     assert "check_attention_scores" in text, text
@@ -270,8 +299,10 @@ def test_3_instructor_collects_and_autogrades_in_the_sandbox(room, people, names
     for student in names[1:]:
         srow = page.locator("#main-table tr",
                             has=page.locator(".student-id", has_text=student))
+        t0 = time.monotonic()
         result = formgrader_action(page, srow, "autograde", f"/{student}/autograde")
         assert result["success"], result.get("error") or result.get("log")
+        record(shots, **{f"autograde_seconds_{student}": round(time.monotonic() - t0, 1)})
     for student, total in ((names[1], "9 / 9"), (names[2], "7 / 9")):
         srow = page.locator("#main-table tr", has=page.locator(".student-id", has_text=student))
         expect(srow.locator(".score")).to_have_text(total)
@@ -306,7 +337,8 @@ def test_4_feedback_is_released_and_each_student_sees_their_own(room, people, na
             "*/lesson.html"))
         assert len(feedback) == 1, feedback  # the last submission's only
         html = feedback[0].read_text()
-        assert f"(Score: {score}.0 / 9.0)" in html, student
+        totals = re.findall(r"\(Score: ([\d.]+) / ([\d.]+)\)", html)
+        assert totals and totals[0] == (f"{score}.0", "9.0"), (student, totals[:6])
         # Open it in the student's own server, as the Assignment List's link does.
         rel = feedback[0].relative_to(room_.home(student))
         person.page.goto(f"{person.url}/files/{rel}")

@@ -43,8 +43,6 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hub.parts import hash_password
-
 ROOT = Path(__file__).resolve().parent.parent
 PROXY = ROOT / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
 COURSE_ID = "attention"
@@ -237,6 +235,8 @@ def remove_users(room: Classroom) -> None:
 
 def ensure_passwords(room: Classroom) -> dict[str, str]:
     """A password for each user that has none yet; return only the new ones."""
+    from hub.parts import hash_password  # JupyterHub's; the checks before need only stdlib
+
     room.state.mkdir(parents=True, exist_ok=True)
     os.chmod(room.state, 0o700)
     known = {}

@@ -323,8 +323,10 @@ def test_4_feedback_is_released_and_each_student_sees_their_own(room, people, na
     page = teacher.page
     page.goto(f"{teacher.url}/formgrader/manage_assignments")
     row = page.locator("#main-table tr", has=page.locator("td.name", has_text="attention"))
-    assert formgrader_action(page, row, "generate-feedback", "/generate_feedback")["success"]
-    assert formgrader_action(page, row, "release-feedback", "/release_feedback")["success"]
+    for cls, endpoint in (("generate-feedback", "/generate_feedback"),
+                          ("release-feedback", "/release_feedback")):
+        result = formgrader_action(page, row, cls, endpoint)
+        assert result["success"], (endpoint, result.get("error"), result.get("log"))
 
     for student, score, cells in ((names[1], "9", RIGHT), (names[2], "7", WRONG)):
         person = people(student)

@@ -280,27 +280,61 @@ def _write_private(path: Path, text: str) -> None:
 
 # ------------------------------------------------------- Python for everyone
 def _requirements_digest() -> str:
-    return hashlib.sha256((ROOT / "requirements.txt").read_bytes()).hexdigest()
+    """What the class's environment is built from: requirements.txt and this interpreter."""
+    return hashlib.sha256((ROOT / "requirements.txt").read_bytes()
+                          + sys.version.encode()).hexdigest()
 
 
-def _interpreter_for(user: str) -> str:
-    """A Python 3.11 that ``user`` can run (pyenv's under a 0700 /root is not one)."""
-    seen = []
-    for cand in (os.path.realpath(sys.executable), "/usr/bin/python3.11",
-                 "/usr/local/bin/python3.11", shutil.which("python3.11") or ""):
-        if not cand or cand in seen or not os.path.exists(cand):
-            continue
-        seen.append(cand)
-        try:
-            res = run_as(user, [cand, "-c", "import sys, venv, ensurepip; "
-                                "sys.exit(sys.version_info[:2] != (3, 11))"],
-                         Path("/"), timeout=60, check=False)
-        except OSError:  # not executable for this user
-            continue
-        if res.returncode == 0:
-            return cand
-    raise HubError(f"no Python 3.11 with venv that user {user} can run (tried "
-                   f"{', '.join(seen)}): install Debian's `python3.11-venv`")
+def _runs_for(user: str, python: str) -> bool:
+    """Whether ``user`` can run ``python`` and it is exactly the project's version."""
+    try:
+        res = run_as(user, [python, "-c", f"import sys, venv; sys.exit(sys.version_info[:3] != "
+                                          f"{tuple(sys.version_info[:3])!r})"],
+                     Path("/"), timeout=60, check=False)
+    except OSError:  # not executable for this user
+        return False
+    return res.returncode == 0
+
+
+def _interpreter_for(room: Classroom, log=print) -> str:
+    """The project's own interpreter, made runnable by every user of the class.
+
+    The same build as the project's .venv, not merely the same minor version: Debian's
+    3.11.2, for one, has regex bugs (possessive quantifiers) that break soupsieve, and so
+    nbconvert's feedback. An interpreter under a 0700 home (pyenv's under /root) is
+    hard-linked into <base>/python; a shared build's launcher is given a relative library
+    path ($ORIGIN/../lib), in place of its absolute RUNPATH into that home.
+    """
+    real = os.path.realpath(sys.executable)
+    if _runs_for(room.instructor, real):
+        return real
+    prefix, dest = Path(sys.base_prefix), room.base / "python"
+    try:
+        binary = dest / Path(real).relative_to(prefix)
+    except ValueError:
+        raise HubError(f"the project's Python {real} lies outside its prefix {prefix} and "
+                       f"{room.instructor} cannot run it: make the project's Python readable "
+                       "by all (e.g. /usr/local), then run `make venv` and `make hub`") from None
+    if not _runs_for(room.instructor, str(binary)):
+        log(f"Making the project's Python ({prefix}) readable by the class in {dest}...")
+        shutil.rmtree(dest, ignore_errors=True)
+        if subprocess.run(["cp", "-al", str(prefix), str(dest)], capture_output=True,
+                          timeout=600).returncode != 0:
+            shutil.rmtree(dest, ignore_errors=True)
+            subprocess.run(["cp", "-a", str(prefix), str(dest)], check=True, timeout=1800)
+        data = binary.read_bytes()
+        old = f"{prefix}/lib".encode() + b"\0"
+        new = b"$ORIGIN/../lib"
+        if old in data and len(new) < len(old):
+            binary.unlink()  # a file of its own, not a link to the original
+            binary.write_bytes(data.replace(old, new.ljust(len(old), b"\0")))
+            binary.chmod(0o755)
+        os.chmod(dest, 0o755)
+    if not _runs_for(room.instructor, str(binary)):
+        raise HubError(f"{room.instructor} cannot run the class's copy {binary} of the "
+                       f"project's Python {real} (expected exactly Python "
+                       f"{sys.version.split()[0]}): make the project's Python readable by all")
+    return str(binary)
 
 
 def ensure_venv(room: Classroom, log=print) -> None:
@@ -318,7 +352,7 @@ def ensure_venv(room: Classroom, log=print) -> None:
     if source == Path(sys.base_prefix) or not (source / "pyvenv.cfg").exists():
         raise HubError(f"expected to run from the project's .venv, but sys.prefix is {source}: "
                        "run `make hub`")
-    python = _interpreter_for(room.instructor)
+    python = _interpreter_for(room, log)
     log(f"Building the class's Python environment {room.venv} from {source} with {python}...")
     old = os.umask(0o022)  # world-readable: every user's server runs from here
     try:
@@ -352,8 +386,10 @@ def ensure_venv(room: Classroom, log=print) -> None:
         raise HubError(f"could not build {room.venv} from {source}: {exc}") from exc
     finally:
         os.umask(old)
+    # soupsieve's selectors fail on interpreters with broken regexes (see _interpreter_for).
     check = run_as(room.instructor, [str(room.venv / "bin" / "python"), "-c",
-                                     "import torch, nbgrader, jupyterhub.singleuser"],
+                                     "import torch, nbgrader, jupyterhub.singleuser, soupsieve; "
+                                     "soupsieve.compile('img:not([alt])')"],
                    Path("/"), timeout=120, check=False)
     if check.returncode != 0:
         raise HubError(f"the class's Python environment {room.venv} does not work for "

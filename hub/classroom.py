@@ -239,12 +239,7 @@ def ensure_passwords(room: Classroom) -> dict[str, str]:
 
     room.state.mkdir(parents=True, exist_ok=True)
     os.chmod(room.state, 0o700)
-    known = {}
-    if room.passwords.exists():
-        for line in room.passwords.read_text().splitlines():
-            if line.strip() and not line.startswith("#"):
-                user, password = line.split(None, 1)
-                known[user] = password.strip()
+    known = read_passwords(room) if room.passwords.exists() else {}
     new = {u: secrets.token_urlsafe(12) for u in room.users if u not in known}
     known.update(new)
     _write_private(room.passwords, "# user password (make hub; keep this file private)\n"
@@ -260,6 +255,7 @@ def ensure_passwords(room: Classroom) -> dict[str, str]:
 
 
 def read_passwords(room: Classroom) -> dict[str, str]:
+    """{user: password} from the root-only passwords file."""
     out = {}
     for line in room.passwords.read_text().splitlines():
         if line.strip() and not line.startswith("#"):

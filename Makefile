@@ -53,8 +53,10 @@ STUDENTS ?= 3
 PORT ?= 8000
 HUB_DIR ?= /srv/attention-hub
 HUB_PREFIX ?= att-
-hub: $(STAMP) $(CHP)  ## a real class on JupyterHub at 127.0.0.1:PORT, as root (STUDENTS=3); Ctrl-C stops it
-	$(PY) -m hub.classroom up --base $(HUB_DIR) --port $(PORT) --students $(STUDENTS) --prefix $(HUB_PREFIX)
+HUB_HOME ?= /home
+hub: $(STAMP) $(CHP)  ## a real class on JupyterHub at 127.0.0.1:PORT, as root (STUDENTS=3, HUB_DIR, HUB_PREFIX, HUB_HOME); Ctrl-C stops it
+	$(PY) -m hub.classroom up --base $(HUB_DIR) --port $(PORT) --students $(STUDENTS) --prefix $(HUB_PREFIX) \
+	  --home-base $(HUB_HOME)
 
 test-hub: $(STAMP) $(CHP)  ## the class on JupyterHub end to end in Chromium, and isolation (root; ~3 min)
 	$(PY) -m pytest -p no:xdist tests/hub -m hub

@@ -609,7 +609,7 @@ def banner(room: Classroom, new: dict[str, str]) -> str:
     lines = [f"The class is up: log in at {room.url}/hub/login",
              f"  instructor: {room.instructor} (Nbgrader > Formgrader; course in "
              f"{room.course_dir})",
-             f"  students:   {', '.join(room.student_names)} (Nbgrader > Assignments)"]
+             f"  students:   {', '.join(room.student_names)} (Nbgrader > Assignment List)"]
     if new:
         lines.append("New passwords (shown only this once; kept in "
                      f"{room.passwords}, mode 0600):")

@@ -14,7 +14,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: help venv lesson test test-cohort lint bench bench-grade data release reference \
-	grade feedback export clean
+	grade feedback export clean hub test-hub
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -41,6 +41,25 @@ test: $(STAMP)  ## lint, then run every test and both notebooks (offline)
 
 test-cohort: $(STAMP)  ## grade a class-sized hostile cohort for real (a few minutes)
 	$(PY) -m pytest -p no:xdist tests/cohort -m cohort
+
+# JupyterHub's proxy, from hub/package-lock.json into hub/node_modules (never global).
+CHP := hub/node_modules/.bin/configurable-http-proxy
+$(CHP): hub/package.json hub/package-lock.json
+	@command -v npm >/dev/null || { echo "make hub: Node.js and npm are missing (JupyterHub's proxy runs on Node): apt-get install nodejs npm"; exit 2; }
+	npm ci --prefix hub --no-audit --no-fund --loglevel=error
+	@touch $(CHP)
+
+STUDENTS ?= 3
+PORT ?= 8000
+HUB_DIR ?= /srv/attention-hub
+HUB_PREFIX ?= att-
+HUB_HOME ?= /home
+hub: $(STAMP) $(CHP)  ## a real class on JupyterHub at 127.0.0.1:PORT, as root (STUDENTS=3, HUB_DIR, HUB_PREFIX, HUB_HOME); Ctrl-C stops it
+	$(PY) -m hub.classroom up --base $(HUB_DIR) --port $(PORT) --students $(STUDENTS) --prefix $(HUB_PREFIX) \
+	  --home-base $(HUB_HOME)
+
+test-hub: $(STAMP) $(CHP)  ## the class on JupyterHub end to end in Chromium, and isolation (root; ~3 min)
+	$(PY) -m pytest -p no:xdist tests/hub -m hub
 
 lint: $(STAMP)  ## ruff (PEP 8, pyflakes, imports)
 	$(PY) -m ruff check .

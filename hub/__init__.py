@@ -1,0 +1,1 @@
+"""`make hub`: the course as a class on JupyterHub (see hub/classroom.py)."""

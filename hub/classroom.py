@@ -1,0 +1,675 @@
+"""`make hub`: a real class on this machine, on 127.0.0.1.
+
+``python -m hub.classroom up`` (as root) sets up, idempotently, and then runs:
+
+- local Unix users: one instructor and ``--students`` students (``<prefix>instructor``,
+  ``<prefix>student1`` ...), each home 0700;
+- one password per person, printed once when it is made and kept in
+  ``<base>/hub/passwords.txt`` (0600, root); the hub checks scrypt hashes only;
+- the class's Python environment ``<venv>``, built from requirements.txt with an
+  interpreter every user can run (the project's own .venv may sit under a 0700 home);
+- nbgrader's file-system exchange ``<base>/exchange``: root-owned, ``ugo+rwx`` as
+  nbgrader documents, plus the sticky bit (nbgrader's check ignores it) so no student can
+  rename or delete the course's folder in it;
+- the instructor's copy of the course, ``~<instructor>/attention`` (the project's
+  nbgrader_config.py, verify.py, src/, data/, notebooks) with the nbgrader course in its
+  ``course/``, whose nbgrader_config.py loads the project's (sandboxed grading, trusted
+  scores, safe outputs) and sets ``course_id = "attention"`` and the exchange;
+- the assignment generated and released to the exchange (``--no-release``: left to the
+  instructor's Formgrader);
+- JupyterHub (the project's .venv, as root) with configurable-http-proxy from
+  hub/node_modules and LocalProcessSpawner: each server runs as its own user.
+
+Ctrl-C (or SIGTERM) stops the hub, which stops every server and the proxy; then no
+process of the class's users may be left, and any that is, is named and stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROXY = ROOT / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
+COURSE_ID = "attention"
+ASSIGNMENT = "attention"
+#: The comment of every user `make hub` creates: it never adopts an account it did not make.
+MARK = "attention course hub"
+#: What the instructor's copy of the course holds (src.course builds the source from it).
+COURSE_FILES = ("nbgrader_config.py", "verify.py", "src", "data", "complete_lesson.ipynb",
+                "lesson.ipynb")
+#: No JupyterLab news popup for anyone.
+LAB_SETTINGS = {"apputils-extension/notification": {"fetchNews": "false"}}
+#: nbgrader's instructor tools, switched off for students (server side and in the UI).
+INSTRUCTOR_ONLY_SERVER = ("nbgrader.server_extensions.formgrader",
+                          "nbgrader.server_extensions.course_list")
+INSTRUCTOR_ONLY_LAB = ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:course-list",
+                       "@jupyter/nbgrader:create-assignment")
+HUB_CONFIG_COURSE = '''"""Written by `make hub`: the course's configuration, then the class's."""
+load_subconfig("nbgrader_config.py", path={root!r})  # noqa: F821
+c = get_config()  # noqa: F821
+c.CourseDirectory.course_id = {course_id!r}
+c.Exchange.root = {exchange!r}
+'''
+USER_NBGRADER_CONFIG = '''"""Written by `make hub`: this class's course and nbgrader exchange."""
+c = get_config()  # noqa: F821
+c.CourseDirectory.course_id = {course_id!r}
+c.Exchange.root = {exchange!r}
+'''
+
+
+class HubError(Exception):
+    """Something the operator must fix; the message says what and how."""
+
+
+@dataclass
+class Classroom:
+    """Where everything of one class lives, and who is in it."""
+
+    base: Path = Path("/srv/attention-hub")
+    port: int = 8000
+    students: int = 3
+    prefix: str = "att-"
+    home_base: Path = Path("/home")
+    venv: Path | None = None  # default: <base>/venv
+    release: bool = True
+    extra_lab_settings: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.base, self.home_base = Path(self.base), Path(self.home_base)
+        self.venv = Path(self.venv) if self.venv else self.base / "venv"
+
+    @property
+    def state(self) -> Path:
+        return self.base / "hub"
+
+    @property
+    def exchange(self) -> Path:
+        return self.base / "exchange"
+
+    @property
+    def instructor(self) -> str:
+        return f"{self.prefix}instructor"
+
+    @property
+    def student_names(self) -> list[str]:
+        return [f"{self.prefix}student{i}" for i in range(1, self.students + 1)]
+
+    @property
+    def users(self) -> list[str]:
+        return [self.instructor, *self.student_names]
+
+    def home(self, user: str) -> Path:
+        return self.home_base / user
+
+    @property
+    def course_copy(self) -> Path:
+        """The instructor's copy of the course files (its src/ grades)."""
+        return self.home(self.instructor) / "attention"
+
+    @property
+    def course_dir(self) -> Path:
+        """nbgrader's course root; the instructor's server runs here."""
+        return self.course_copy / "course"
+
+    @property
+    def passwords(self) -> Path:
+        return self.state / "passwords.txt"
+
+    @property
+    def password_hashes(self) -> Path:
+        return self.state / "passwords.scrypt.json"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+# ------------------------------------------------------------------ checks
+def port_in_use(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def preflight(room: Classroom) -> None:
+    """Stop early, saying what to do, when the class cannot run here."""
+    if os.geteuid() != 0:
+        raise HubError(
+            f"expected to run as root (to create the class's Unix users and start each "
+            f"server as its user), but running as uid {os.geteuid()}: run `sudo make hub`")
+    if port_in_use(room.port):
+        raise HubError(f"port {room.port} on 127.0.0.1 is in use (another hub or server?): "
+                       f"stop it, or choose another port: `make hub PORT={room.port + 10}`")
+    if shutil.which("bwrap") is None:
+        raise HubError("bubblewrap (bwrap) is not installed, and every grading kernel runs "
+                       "in it: `apt-get install bubblewrap`")
+    if shutil.which("node") is None:
+        raise HubError("Node.js is not installed, and JupyterHub's proxy "
+                       "(configurable-http-proxy) runs on it: `apt-get install nodejs npm`, "
+                       "then `make hub`")
+    if not os.access(PROXY, os.X_OK):
+        raise HubError(f"configurable-http-proxy is missing ({PROXY}): run `make hub`, which "
+                       "installs it with `npm ci --prefix hub` from hub/package-lock.json")
+    if shutil.which("useradd") is None:
+        raise HubError("useradd is missing: install the `passwd` package")
+
+
+# ------------------------------------------------------------------- users
+def run_as(user: str, cmd: list[str], cwd: Path, timeout: float = 300, env=None,
+           check: bool = True) -> subprocess.CompletedProcess:
+    """``cmd`` as ``user`` (uid, gid, no extra groups, their HOME), bounded in time."""
+    pw = pwd.getpwnam(user)
+    base_env = {"HOME": pw.pw_dir, "USER": user, "LOGNAME": user, "LANG": "C.UTF-8",
+                "PATH": "/usr/local/bin:/usr/bin:/bin"}
+    res = subprocess.run(cmd, cwd=cwd, user=pw.pw_uid, group=pw.pw_gid, extra_groups=[],
+                         env={**base_env, **(env or {})}, capture_output=True, text=True,
+                         timeout=timeout)
+    if check and res.returncode != 0:
+        raise HubError(f"`{' '.join(cmd)}` as {user} in {cwd} exited with {res.returncode} "
+                       f"(expected 0):\n{res.stdout[-2000:]}{res.stderr[-3000:]}")
+    return res
+
+
+def ensure_users(room: Classroom) -> list[str]:
+    """Create the class's users that are missing; return those created."""
+    room.home_base.mkdir(parents=True, exist_ok=True)
+    created = []
+    for name in room.users:
+        try:
+            pw = pwd.getpwnam(name)
+        except KeyError:
+            subprocess.run(["useradd", "--create-home", "--home-dir", str(room.home(name)),
+                            "--shell", "/bin/bash", "--user-group", "--comment", MARK, name],
+                           check=True, capture_output=True, timeout=60)
+            created.append(name)
+            pw = pwd.getpwnam(name)
+        if pw.pw_gecos.split(",")[0] != MARK:
+            raise HubError(f"user {name!r} exists but was not created by `make hub` (its "
+                           f"comment is {pw.pw_gecos!r}, expected {MARK!r}): choose another "
+                           "prefix, e.g. `make hub HUB_PREFIX=cls-`")
+        if Path(pw.pw_dir) != room.home(name):
+            raise HubError(f"user {name!r} has home {pw.pw_dir}, expected {room.home(name)}: "
+                           "remove the user (`userdel -r`) or use its home base")
+        home = Path(pw.pw_dir)
+        home.mkdir(exist_ok=True)
+        os.chown(home, pw.pw_uid, pw.pw_gid)
+        os.chmod(home, 0o700)  # nobody else reads a person's files
+    return created
+
+
+def remove_users(room: Classroom) -> None:
+    """Delete the class's users and their homes (tests; only users `make hub` made)."""
+    for name in room.users:
+        try:
+            pw = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        if pw.pw_gecos.split(",")[0] == MARK:
+            subprocess.run(["userdel", "--remove", name], capture_output=True, timeout=60)
+
+
+def ensure_passwords(room: Classroom) -> dict[str, str]:
+    """A password for each user that has none yet; return only the new ones."""
+    from hub.parts import hash_password  # JupyterHub's; the checks before need only stdlib
+
+    room.state.mkdir(parents=True, exist_ok=True)
+    os.chmod(room.state, 0o700)
+    known = read_passwords(room) if room.passwords.exists() else {}
+    new = {u: secrets.token_urlsafe(12) for u in room.users if u not in known}
+    known.update(new)
+    _write_private(room.passwords, "# user password (make hub; keep this file private)\n"
+                   + "".join(f"{u} {p}\n" for u, p in sorted(known.items())))
+    hashes = {}
+    if room.password_hashes.exists():
+        hashes = json.loads(room.password_hashes.read_text())
+    for u, p in known.items():
+        if u not in hashes or u in new:
+            hashes[u] = hash_password(p)
+    _write_private(room.password_hashes, json.dumps(hashes, indent=1, sort_keys=True))
+    return new
+
+
+def read_passwords(room: Classroom) -> dict[str, str]:
+    """{user: password} from the root-only passwords file."""
+    out = {}
+    for line in room.passwords.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            user, password = line.split(None, 1)
+            out[user] = password.strip()
+    return out
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` created 0600 (never readable by anyone else, even briefly)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------- Python for everyone
+def _requirements_digest() -> str:
+    """What the class's environment is built from: requirements.txt and this interpreter."""
+    return hashlib.sha256((ROOT / "requirements.txt").read_bytes()
+                          + sys.version.encode()).hexdigest()
+
+
+def _runs_for(user: str, python: str) -> bool:
+    """Whether ``user`` can run ``python`` and it is exactly the project's version."""
+    try:
+        res = run_as(user, [python, "-c", f"import sys, venv; sys.exit(sys.version_info[:3] != "
+                                          f"{tuple(sys.version_info[:3])!r})"],
+                     Path("/"), timeout=60, check=False)
+    except OSError:  # not executable for this user
+        return False
+    return res.returncode == 0
+
+
+def _interpreter_for(room: Classroom, log=print) -> str:
+    """The project's own interpreter, made runnable by every user of the class.
+
+    The same build as the project's .venv, not merely the same minor version: Debian's
+    3.11.2, for one, has regex bugs (possessive quantifiers) that break soupsieve, and so
+    nbconvert's feedback. An interpreter under a 0700 home (pyenv's under /root) is
+    hard-linked into <base>/python; a shared build's launcher is given a relative library
+    path ($ORIGIN/../lib), in place of its absolute RUNPATH into that home.
+    """
+    real = os.path.realpath(sys.executable)
+    if _runs_for(room.instructor, real):
+        return real
+    prefix, dest = Path(sys.base_prefix), room.base / "python"
+    try:
+        binary = dest / Path(real).relative_to(prefix)
+    except ValueError:
+        raise HubError(f"the project's Python {real} lies outside its prefix {prefix} and "
+                       f"{room.instructor} cannot run it: make the project's Python readable "
+                       "by all (e.g. /usr/local), then run `make venv` and `make hub`") from None
+    if not _runs_for(room.instructor, str(binary)):
+        log(f"Making the project's Python ({prefix}) readable by the class in {dest}...")
+        shutil.rmtree(dest, ignore_errors=True)
+        if subprocess.run(["cp", "-al", str(prefix), str(dest)], capture_output=True,
+                          timeout=600).returncode != 0:
+            shutil.rmtree(dest, ignore_errors=True)
+            subprocess.run(["cp", "-a", str(prefix), str(dest)], check=True, timeout=1800)
+        data = binary.read_bytes()
+        old = f"{prefix}/lib".encode() + b"\0"
+        new = b"$ORIGIN/../lib"
+        if old in data and len(new) < len(old):
+            binary.unlink()  # a file of its own, not a link to the original
+            binary.write_bytes(data.replace(old, new.ljust(len(old), b"\0")))
+            binary.chmod(0o755)
+        os.chmod(dest, 0o755)
+    if not _runs_for(room.instructor, str(binary)):
+        raise HubError(f"{room.instructor} cannot run the class's copy {binary} of the "
+                       f"project's Python {real} (expected exactly Python "
+                       f"{sys.version.split()[0]}): make the project's Python readable by all")
+    return str(binary)
+
+
+def ensure_venv(room: Classroom, log=print) -> None:
+    """<venv>: the project's .venv for every user to read, rebuilt when requirements change.
+
+    The project's own .venv may be out of others' reach (a clone under a 0700 /root, an
+    interpreter from pyenv there). So: a new venv from a Python 3.11 every user can run,
+    holding the .venv's packages as hard links (seconds; a copy across file systems),
+    its scripts pointed at the new interpreter. Same packages, same versions, no download.
+    """
+    stamp = room.venv / ".attention-requirements"
+    if stamp.exists() and stamp.read_text() == _requirements_digest():
+        return
+    source = Path(sys.prefix)
+    if source == Path(sys.base_prefix) or not (source / "pyvenv.cfg").exists():
+        raise HubError(f"expected to run from the project's .venv, but sys.prefix is {source}: "
+                       "run `make hub`")
+    python = _interpreter_for(room, log)
+    log(f"Building the class's Python environment {room.venv} from {source} with {python}...")
+    old = os.umask(0o022)  # world-readable: every user's server runs from here
+    try:
+        if room.venv.exists():
+            shutil.rmtree(room.venv)
+        subprocess.run([python, "-m", "venv", "--without-pip", str(room.venv)], check=True,
+                       timeout=300)
+        site = Path("lib") / "python3.11" / "site-packages"
+        shutil.rmtree(room.venv / site)
+        for part in (site, Path("share"), Path("etc")):
+            if not (source / part).exists():
+                continue
+            dest = (room.venv / part).parent
+            linked = subprocess.run(["cp", "-al", str(source / part), str(dest)],
+                                    capture_output=True, timeout=600)
+            if linked.returncode != 0:  # another file system: copy
+                shutil.rmtree(room.venv / part, ignore_errors=True)
+                subprocess.run(["cp", "-a", str(source / part), str(dest)], check=True,
+                               timeout=1800)
+        shebang = f"#!{source}/bin/python".encode()
+        for script in (source / "bin").iterdir():
+            target = room.venv / "bin" / script.name
+            if target.exists() or target.is_symlink() or not script.is_file():
+                continue  # the new venv's own python and activate scripts
+            data = script.read_bytes()
+            if data.startswith(shebang):
+                data = f"#!{room.venv}/bin/python".encode() + data[len(shebang):]
+            target.write_bytes(data)
+            target.chmod(0o755)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise HubError(f"could not build {room.venv} from {source}: {exc}") from exc
+    finally:
+        os.umask(old)
+    # soupsieve's selectors fail on interpreters with broken regexes (see _interpreter_for).
+    check = run_as(room.instructor, [str(room.venv / "bin" / "python"), "-c",
+                                     "import torch, nbgrader, jupyterhub.singleuser, soupsieve; "
+                                     "soupsieve.compile('img:not([alt])')"],
+                   Path("/"), timeout=120, check=False)
+    if check.returncode != 0:
+        raise HubError(f"the class's Python environment {room.venv} does not work for "
+                       f"{room.instructor} (expected torch, nbgrader and jupyterhub to "
+                       f"import):\n{check.stderr[-2000:]}")
+    stamp.write_text(_requirements_digest())
+
+
+# ----------------------------------------------------------- the exchange
+def ensure_exchange(room: Classroom) -> None:
+    """nbgrader's exchange: root-owned, ugo+rwx (nbgrader's docs), sticky (see module doc)."""
+    room.base.mkdir(parents=True, exist_ok=True)
+    os.chmod(room.base, 0o755)
+    room.exchange.mkdir(exist_ok=True)
+    os.chown(room.exchange, 0, 0)
+    os.chmod(room.exchange, 0o1777)
+
+
+# ------------------------------------------------- per-user configuration
+def _write_owned(path: Path, text: str, user: str) -> None:
+    pw = pwd.getpwnam(user)
+    for parent in reversed(path.relative_to(pw.pw_dir).parents):
+        d = Path(pw.pw_dir) / parent
+        if not d.exists():
+            d.mkdir()
+            os.chown(d, pw.pw_uid, pw.pw_gid)
+    path.write_text(text)
+    os.chown(path, pw.pw_uid, pw.pw_gid)
+
+
+def ensure_user_config(room: Classroom) -> None:
+    """Each person's ~/.jupyter: the course and exchange; students without grader tools."""
+    settings = {**LAB_SETTINGS, **room.extra_lab_settings}
+    for user in room.users:
+        jupyter = room.home(user) / ".jupyter"
+        _write_owned(jupyter / "nbgrader_config.py", USER_NBGRADER_CONFIG.format(
+            course_id=COURSE_ID, exchange=str(room.exchange)), user)
+        for name, value in settings.items():
+            _write_owned(jupyter / "lab" / "user-settings" / "@jupyterlab" /
+                         f"{name}.jupyterlab-settings", json.dumps(value), user)
+        student = user != room.instructor
+        server = {"jpserver_extensions": {e: not student for e in INSTRUCTOR_ONLY_SERVER}}
+        if not student:
+            # JupyterHub's servers forbid every frame ("frame-ancestors 'none'"), and
+            # JupyterLab shows the Formgrader in one: allow frames from the same origin only.
+            server["tornado_settings"] = {
+                "headers": {"Content-Security-Policy": "frame-ancestors 'self'"}}
+        _write_owned(jupyter / "jupyter_server_config.json",
+                     json.dumps({"ServerApp": server}), user)
+        _write_owned(jupyter / "labconfig" / "page_config.json", json.dumps(
+            {"disabledExtensions": {e: student for e in INSTRUCTOR_ONLY_LAB}}), user)
+
+
+# --------------------------------------------------------------- the course
+def ensure_course(room: Classroom, log=print) -> None:
+    """The instructor's copy of the course, its nbgrader course, and (``release``) the
+    assignment generated and released to the exchange, all done as the instructor."""
+    pw = pwd.getpwnam(room.instructor)
+    copy = room.course_copy
+    copy.mkdir(exist_ok=True)
+    for name in COURSE_FILES:  # refreshed on every start: the project is the source
+        src, dst = ROOT / name, copy / name
+        if dst.is_dir():
+            shutil.rmtree(dst)
+        if src.is_dir():
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copyfile(src, dst)
+    room.course_dir.mkdir(exist_ok=True)
+    (room.course_dir / "nbgrader_config.py").write_text(HUB_CONFIG_COURSE.format(
+        root=str(copy), course_id=COURSE_ID, exchange=str(room.exchange)))
+    subprocess.run(["chown", "-R", f"{pw.pw_uid}:{pw.pw_gid}", str(copy)], check=True,
+                   timeout=120)
+    python = str(room.venv / "bin" / "python")
+    # The source (src.course.build_source, the same as `make release`) and the students.
+    script = ("import sys\nfrom nbgrader.api import Gradebook\nfrom src.course import "
+              "build_source\nbuild_source()\nwith Gradebook(sys.argv[1], sys.argv[2]) as gb:\n"
+              "    for i, s in enumerate(sys.argv[3:], 1):\n        gb.update_or_create_student("
+              "s, last_name='Student', first_name=str(i))\n")
+    run_as(room.instructor, [python, "-c", script,
+                             f"sqlite:///{room.course_dir / 'gradebook.db'}", COURSE_ID,
+                             *room.student_names], copy, env={"PYTHONPATH": str(copy)})
+    if room.release:
+        released = room.exchange / COURSE_ID / "outbound" / ASSIGNMENT
+        if released.exists():
+            log(f"The assignment is already released ({released}).")
+            return
+        nbgrader = str(room.venv / "bin" / "nbgrader")
+        log("Generating and releasing the assignment to the exchange (as the instructor)...")
+        for cmd in ([nbgrader, "generate_assignment", ASSIGNMENT, "--force"],
+                    [nbgrader, "release_assignment", ASSIGNMENT]):
+            run_as(room.instructor, cmd, room.course_dir, env={
+                "PATH": f"{room.venv / 'bin'}:/usr/bin:/bin"})
+
+
+def setup(room: Classroom, log=print) -> dict[str, str]:
+    """Everything before the hub starts; return the passwords made now (to print once)."""
+    preflight(room)
+    ensure_exchange(room)
+    created = ensure_users(room)
+    if created:
+        log(f"Created users: {', '.join(created)}")
+    new = ensure_passwords(room)
+    ensure_venv(room, log)
+    ensure_user_config(room)
+    ensure_course(room, log)
+    return new
+
+
+# ------------------------------------------------------------------ running
+def write_settings(room: Classroom) -> Path:
+    path = room.state / "settings.json"
+    _write_private(path, json.dumps({
+        "state": str(room.state), "port": room.port, "hub_port": free_port(),
+        "proxy_api_port": free_port(), "proxy": str(PROXY), "venv": str(room.venv),
+        "password_hashes": str(room.password_hashes), "users": room.users,
+        "instructor": room.instructor, "course_dir": str(room.course_dir)}, indent=1))
+    return path
+
+
+def wait_until_up(room: Classroom, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"{room.url}/hub/api", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except (OSError, urllib.error.URLError):
+            pass
+        if proc.poll() is not None:
+            raise HubError(f"JupyterHub exited with {proc.returncode} while starting "
+                           f"(expected it to answer on {room.url}); its log: "
+                           f"{room.state / 'jupyterhub.log'}:\n{_tail(room)}")
+        if time.monotonic() > deadline:
+            raise HubError(f"JupyterHub did not answer on {room.url} within {timeout:.0f} s; "
+                           f"its log:\n{_tail(room)}")
+        time.sleep(0.5)
+
+
+def _tail(room: Classroom, n: int = 30) -> str:
+    try:
+        return "\n".join((room.state / "jupyterhub.log").read_text().splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def leftovers(room: Classroom) -> list[tuple[int, str]]:
+    """(pid, command) of every process still running as one of the class's users, and
+    the proxy if its pid file names a live one."""
+    uids = set()
+    for u in room.users:
+        try:
+            uids.add(pwd.getpwnam(u).pw_uid)
+        except KeyError:
+            pass
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if d.stat().st_uid in uids:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                out.append((int(d.name), cmd.strip()))
+        except OSError:
+            continue
+    pid_file = room.state / "proxy.pid"
+    try:
+        pid = int(pid_file.read_text())
+        os.kill(pid, 0)
+        out.append((pid, "configurable-http-proxy"))
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def stop(proc: subprocess.Popen, room: Classroom, log=print) -> list[tuple[int, str]]:
+    """Stop the hub (it stops the servers and the proxy); return what had to be killed."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)  # JupyterHub's clean shutdown
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            log("JupyterHub did not stop within 60 s: killing it")
+            proc.kill()
+            proc.wait(timeout=10)
+    deadline = time.monotonic() + 15
+    left = leftovers(room)
+    while left and time.monotonic() < deadline:  # servers may take a moment to exit
+        time.sleep(0.5)
+        left = leftovers(room)
+    for pid, _ in left:  # started by this hub: stopped by their ids
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return left
+
+
+def start(room: Classroom, log=print) -> subprocess.Popen:
+    """Start JupyterHub for a set-up class; return its process once it answers."""
+    settings = write_settings(room)
+    env = {**os.environ, "ATTENTION_HUB_SETTINGS": str(settings)}
+    logf = open(room.state / "jupyterhub.log", "a")
+    proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f",
+                             str(ROOT / "hub" / "jupyterhub_config.py")],
+                            cwd=room.state, env=env, stdout=logf, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL,
+                            # Its own session: Ctrl-C reaches this launcher only, which then
+                            # stops the hub once, cleanly (stop()).
+                            start_new_session=True)
+    logf.close()
+    try:
+        wait_until_up(room, proc)
+    except BaseException:
+        stop(proc, room, log)
+        raise
+    return proc
+
+
+def banner(room: Classroom, new: dict[str, str]) -> str:
+    lines = [f"The class is up: log in at {room.url}/hub/login",
+             f"  instructor: {room.instructor} (Nbgrader > Formgrader; course in "
+             f"{room.course_dir})",
+             f"  students:   {', '.join(room.student_names)} (Nbgrader > Assignment List)"]
+    if new:
+        lines.append("New passwords (shown only this once; kept in "
+                     f"{room.passwords}, mode 0600):")
+        lines += [f"  {u:<22} {p}" for u, p in sorted(new.items())]
+    else:
+        lines.append(f"Passwords: unchanged, in {room.passwords} (mode 0600, root only).")
+    lines.append(f"Exchange: {room.exchange}   Hub log: {room.state / 'jupyterhub.log'}")
+    lines.append("Ctrl-C stops the hub, every server and the proxy.")
+    return "\n".join(lines)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="Run the course as a class on JupyterHub.")
+    p.add_argument("command", choices=["up", "setup"],
+                   help="up: set up and run until Ctrl-C; setup: set up only")
+    p.add_argument("--base", default=os.environ.get("HUB_DIR", "/srv/attention-hub"))
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--students", type=int, default=3)
+    p.add_argument("--prefix", default="att-", help="of the user names")
+    p.add_argument("--home-base", default="/home")
+    p.add_argument("--venv", default=None, help="the class's Python (default: BASE/venv)")
+    p.add_argument("--no-release", action="store_true",
+                   help="leave generating and releasing to the instructor's Formgrader")
+    p.add_argument("--lab-settings", default=None,
+                   help="JSON {plugin: settings} added to every user's JupyterLab settings")
+    a = p.parse_args(argv)
+    room = Classroom(Path(a.base), a.port, a.students, a.prefix, Path(a.home_base),
+                     Path(a.venv) if a.venv else None, not a.no_release,
+                     json.loads(a.lab_settings) if a.lab_settings else {})
+    try:
+        new = setup(room)
+        if a.command == "setup":
+            print(banner(room, new).splitlines()[0].replace("is up", "is set up"))
+            return 0
+        # Ctrl-C and SIGTERM both end the wait below; the hub is then stopped cleanly.
+        signal.signal(signal.SIGTERM, _interrupt)
+        proc = start(room)
+        print(banner(room, new), flush=True)
+        try:
+            while proc.poll() is None:
+                time.sleep(0.5)
+            print(f"JupyterHub exited with {proc.returncode}; see {room.state}/jupyterhub.log",
+                  file=sys.stderr)
+        except KeyboardInterrupt:
+            print("\nStopping the hub, its servers and the proxy...", flush=True)
+        left = stop(proc, room)
+        if left:
+            print("Stopped what the hub left running: " + "; ".join(
+                f"{pid} {cmd[:80]}" for pid, cmd in left), file=sys.stderr)
+            return 1
+        print("Stopped; nothing left running.")
+        return 0 if proc.returncode in (0, -signal.SIGTERM, 128 + signal.SIGTERM) else 1
+    except HubError as exc:
+        print(f"make hub: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

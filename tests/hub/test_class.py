@@ -1,0 +1,470 @@
+"""A whole assignment on a real JupyterHub class, in headless Chromium, through the UI.
+
+The instructor generates and releases in the Formgrader; student1 fetches, types the four
+answers into cells 4-7, validates and submits; student2 first submits the untouched
+notebook, then types answers with a named mistake (Cell 5 without the division by
+sqrt(d_k)), sees it in Validate and submits again (the last submission counts, with its
+timestamp). The instructor collects and autogrades each (sandboxed, trusted scores): the
+gradebook holds 9/9 and 7/9, cell by cell. Feedback is generated and released; each
+student fetches their own and sees their verified score and the failing check.
+
+Then isolation, tried as a student would: student1's own kernel and terminal on the hub try
+to read student2's home and exchange files and the instructor's course, source/,
+gradebook.db and autograded/. Screenshots: screenshots/hub-*.png.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from hub import classroom
+from tests.cohort.build import NO_SCALING, solved_sources
+
+pytestmark = [pytest.mark.hub, pytest.mark.slow]
+NOTEBOOK = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+MENU = ".lm-MenuBar-itemLabel"
+ANSWERS = ("cell4_projections", "cell5_scores", "cell6_softmax", "cell7_values")
+#: Each test cell's points (verify.GRADE_CELLS); the mistake costs exactly Cell 5's 2.
+RIGHT = {"cell4_projections_test": 2.0, "cell5_scores_test": 2.0,
+         "cell6_softmax_test": 3.0, "cell7_values_test": 2.0}
+WRONG = {**RIGHT, "cell5_scores_test": 0.0}
+
+
+class Person:
+    """One logged-in browser session of one user of the class."""
+
+    def __init__(self, browser, room, name):
+        self.room, self.name = room, name
+        self.context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(120_000)
+        self.url = f"{room.url}/user/{name}"
+
+    def login(self, shot=None):
+        page = self.page
+        page.goto(f"{self.room.url}/hub/login")
+        page.fill("#username_input", self.name)
+        page.fill("#password_input", classroom.read_passwords(self.room)[self.name])
+        if shot:
+            page.screenshot(path=shot)
+        page.click("#login_submit")
+        # The server starts as this Unix user (torch, nbgrader: seconds on a busy machine).
+        page.wait_for_selector(f"{MENU} >> text=Nbgrader", timeout=240_000)
+        assert page.url.startswith(self.url), page.url
+
+    def menu(self, top, item):
+        self.page.locator(MENU, has_text=re.compile(f"^{top}$")).click()
+        self.page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{item}$")).click()
+
+    def xsrf(self) -> dict:
+        cookie = [c for c in self.context.cookies() if c["name"] == "_xsrf"]
+        return {"X-XSRFToken": cookie[0]["value"]} if cookie else {}
+
+
+@pytest.fixture(scope="module")
+def people(browser, room):
+    room_, _ = room
+    out = {}
+    yield lambda name: out.setdefault(name, Person(browser, room_, name))
+    for p in out.values():
+        p.context.close()
+
+
+@pytest.fixture(scope="module")
+def names(room):
+    room_, _ = room
+    return room_.instructor, *room_.student_names
+
+
+def formgrader_action(page, row, cls, endpoint):
+    """Click a Formgrader button (``td.<cls> a``) and return nbgrader's JSON answer."""
+    with page.expect_response(lambda r: r.url.endswith(endpoint), timeout=300_000) as resp:
+        row.locator(f"td.{cls} a").first.click()
+    result = json.loads(resp.value.json()) if isinstance(resp.value.json(), str) else \
+        resp.value.json()
+    # Each action answers with a modal (nbgrader's log): close it.
+    modal = page.locator(".modal.in")
+    expect(modal).to_be_visible()
+    modal.locator(".modal-footer button", has_text="OK").click()
+    expect(page.locator(".modal.in")).to_have_count(0)
+    expect(page.locator(".modal-backdrop")).to_have_count(0)
+    return result
+
+
+def assignment_list(person):
+    """Nbgrader > Assignment List; its panel."""
+    person.menu("Nbgrader", "Assignment List")
+    panel = person.page.locator("#released_assignments_list").locator("xpath=../../../..")
+    expect(person.page.locator("#released_assignments_list")).to_be_visible()
+    return panel
+
+
+def student_action(person, button, endpoint, scope="body"):
+    """Press an Assignment List button and return nbgrader's answer to it."""
+    page = person.page
+    with page.expect_response(lambda r: endpoint in r.url and r.request.method == "POST",
+                              timeout=300_000) as resp:
+        page.locator(scope).locator("button", has_text=re.compile(f"^{button}$")).first.click()
+    return resp.value
+
+
+def open_lesson(person):
+    page = person.page
+    page.goto(f"{person.url}/lab/tree/attention/lesson.ipynb")
+    page.wait_for_selector(f"{NOTEBOOK} .jp-Cell")
+    expect(page.locator(f"{NOTEBOOK} .jp-Cell").first).to_be_visible()
+    return page
+
+
+def cell(page, cell_id, ids):
+    return page.locator(f"{NOTEBOOK} .jp-Cell").nth(ids.index(cell_id))
+
+
+def type_answers(person, sources):
+    """Type each answer into its cell (cells 4-7), then save."""
+    page = open_lesson(person)
+    ids = classroom_cell_ids(person)
+    for cid in ANSWERS:
+        editor = cell(page, cid, ids).locator(".cm-content")
+        editor.click()
+        page.keyboard.press("Control+A")
+        page.keyboard.insert_text(sources[cid])  # no auto-indent or auto-brackets
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+S")
+    expect(page.locator(f"{NOTEBOOK} .jp-mod-dirty")).to_have_count(0)
+    expect(page.locator(".jp-mod-current.jp-mod-dirty")).to_have_count(0)
+
+
+def classroom_cell_ids(person) -> list[str]:
+    """The cell ids of the student's fetched notebook, in order (read as root)."""
+    path = person.room.home(person.name) / "attention" / "lesson.ipynb"
+    return [c.get("id") for c in json.loads(path.read_text())["cells"]]
+
+
+def validate(person):
+    page = person.page
+    page.locator(f"{NOTEBOOK} .jp-Toolbar").get_by_text("Validate", exact=True).click()
+    dialog = page.locator(".jp-Dialog")
+    expect(dialog).to_contain_text("Validation Results", timeout=300_000)
+    return dialog
+
+
+def close_dialog(page):
+    page.locator(".jp-Dialog").locator("button").last.click()
+    expect(page.locator(".jp-Dialog")).to_have_count(0)
+
+
+def submit(person):
+    page = person.page
+    page.goto(f"{person.url}/lab")
+    assignment_list(person)
+    answer = student_action(person, "Submit", "/assignments/submit", "#fetched_assignments_list")
+    assert answer.ok and answer.json()["success"], answer.text()
+
+
+def inbound(room, student):
+    """The names of ``student``'s submissions in the exchange (as root)."""
+    return sorted(p.name for p in (room.exchange / classroom.COURSE_ID / "inbound").iterdir()
+                  if p.name.startswith(f"{student}+"))
+
+
+def rss_mb(user: str) -> float:
+    """Resident memory of every process of ``user`` (their server and kernels), MiB."""
+    import pwd
+    from pathlib import Path
+
+    uid, total = pwd.getpwnam(user).pw_uid, 0
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and d.stat().st_uid == uid:
+                for line in (d / "status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
+FIGURES = {}
+
+
+def record(shots, **figures):
+    """Measured figures for README ("Running a real class"): screenshots/hub-figures.json."""
+    FIGURES.update(figures)
+    (shots / "hub-figures.json").write_text(json.dumps(FIGURES, indent=1))
+
+
+def gradebook_cells(room, student) -> dict:
+    from nbgrader.api import Gradebook
+
+    url = f"sqlite:///{room.course_dir / 'gradebook.db'}"
+    with Gradebook(url, classroom.COURSE_ID) as gb:
+        sub = gb.find_submission(classroom.ASSIGNMENT, student)
+        return {g.name: g.auto_score for nb in sub.notebooks for g in nb.grades}
+
+
+# ------------------------------------------------------------------ the lifecycle
+def test_1_instructor_releases_in_the_formgrader(room, people, names, shots):
+    room_, _ = room
+    teacher = people(names[0])
+    teacher.login(shot=shots / "hub-1-login.png")
+    teacher.menu("Nbgrader", "Formgrader")
+    frame = teacher.page.frame_locator("iframe[src*='formgrader']")
+    expect(frame.locator("body")).to_contain_text("Manage Assignments", timeout=120_000)
+    page = teacher.page
+    page.goto(f"{teacher.url}/formgrader/manage_assignments")
+    row = page.locator("#main-table tr", has=page.locator("td.name", has_text="attention"))
+    expect(row).to_have_count(1)
+    generated = formgrader_action(page, row, "assign", "/assign")
+    assert generated["success"], generated
+    released = formgrader_action(page, row, "release", "/release")
+    assert released["success"], released
+    expect(row.locator("td.status")).to_contain_text("released")
+    page.screenshot(path=shots / "hub-2-released.png")
+    outbound = room_.exchange / classroom.COURSE_ID / "outbound" / classroom.ASSIGNMENT
+    assert (outbound / "lesson.ipynb").exists()
+    assert "BEGIN SOLUTION" not in (outbound / "lesson.ipynb").read_text()
+
+
+def test_2_students_fetch_validate_and_submit(room, people, names, shots):
+    room_, _ = room
+    right, wrong = people(names[1]), people(names[2])
+    solved = solved_sources()
+    mistaken = dict(solved)
+    for old, new in NO_SCALING["cell5_scores"]:
+        assert old in mistaken["cell5_scores"]
+        mistaken["cell5_scores"] = mistaken["cell5_scores"].replace(old, new)
+
+    for person in (right, wrong):
+        person.login()
+        assignment_list(person)
+        answer = student_action(person, "Fetch", "/assignments/fetch",
+                                "#released_assignments_list")
+        assert answer.ok and answer.json()["success"], answer.text()
+        expect(person.page.locator("#fetched_assignments_list")).to_contain_text("attention")
+    right.page.screenshot(path=shots / "hub-3-fetched.png")
+
+    # student2 submits the untouched notebook first: it must not be what counts.
+    submit(wrong)
+    first = inbound(room_, wrong.name)
+    assert len(first) == 1, first
+    time.sleep(1.1)  # nbgrader's timestamps have microseconds; keep them clearly apart
+
+    type_answers(right, solved)
+    dialog = validate(right)
+    expect(dialog).to_contain_text("Success!")
+    close_dialog(right.page)
+    submit(right)
+
+    record(shots, server_mb_after_validate=round(rss_mb(right.name)))
+    type_answers(wrong, mistaken)
+    t0 = time.monotonic()
+    dialog = validate(wrong)
+    record(shots, validate_seconds=round(time.monotonic() - t0, 1))
+    text = dialog.inner_text()
+    # nbgrader shows the failing test cells' code: only Cell 5's check failed.
+    assert "check_attention_scores" in text, text
+    for other in ("check_projections", "check_softmax", "check_attended_values"):
+        assert other not in text, (other, text)
+    wrong.page.screenshot(path=shots / "hub-4-validate-cell5-wrong.png")
+    close_dialog(wrong.page)
+    submit(wrong)
+    both = inbound(room_, wrong.name)
+    assert len(both) == 2, both
+    expect(wrong.page.locator("#submitted_assignments_list")).to_contain_text("attention")
+    wrong.page.screenshot(path=shots / "hub-5-submitted.png")
+
+
+def test_3_instructor_collects_and_autogrades_in_the_sandbox(room, people, names, shots):
+    room_, _ = room
+    teacher = people(names[0])
+    page = teacher.page
+    page.goto(f"{teacher.url}/formgrader/manage_assignments")
+    row = page.locator("#main-table tr", has=page.locator("td.name", has_text="attention"))
+    collected = formgrader_action(page, row, "collect", "/collect")
+    assert collected["success"], collected
+    expect(row.locator("td.num-submissions")).to_have_text("2")
+
+    # The last submission counts, with its own timestamp.
+    latest = inbound(room_, names[2])[-1].split("+")[2]
+    stamp = room_.course_dir / "submitted" / names[2] / classroom.ASSIGNMENT / "timestamp.txt"
+    assert stamp.read_text().strip() == latest
+
+    page.goto(f"{teacher.url}/formgrader/manage_submissions/{classroom.ASSIGNMENT}")
+    for student in names[1:]:
+        srow = page.locator("#main-table tr",
+                            has=page.locator(".student-id", has_text=student))
+        t0 = time.monotonic()
+        result = formgrader_action(page, srow, "autograde", f"/{student}/autograde")
+        assert result["success"], result.get("error") or result.get("log")
+        record(shots, **{f"autograde_seconds_{student}": round(time.monotonic() - t0, 1)})
+    for student, total in ((names[1], "9 / 9"), (names[2], "7 / 9")):
+        srow = page.locator("#main-table tr", has=page.locator(".student-id", has_text=student))
+        expect(srow.locator(".score")).to_have_text(total)
+    page.screenshot(path=shots / "hub-6-autograded.png")
+
+    assert gradebook_cells(room_, names[1]) == RIGHT
+    assert gradebook_cells(room_, names[2]) == WRONG
+    # Graded in the sandbox, scored by the trusted step: its report lies beside each.
+    for student in names[1:]:
+        report = (room_.course_dir / "autograded" / student / classroom.ASSIGNMENT /
+                  "grading_report.json")
+        assert report.exists(), report
+
+
+def test_4_feedback_is_released_and_each_student_sees_their_own(room, people, names, shots):
+    room_, _ = room
+    teacher = people(names[0])
+    page = teacher.page
+    page.goto(f"{teacher.url}/formgrader/manage_assignments")
+    row = page.locator("#main-table tr", has=page.locator("td.name", has_text="attention"))
+    for cls, endpoint in (("generate-feedback", "/generate_feedback"),
+                          ("release-feedback", "/release_feedback")):
+        result = formgrader_action(page, row, cls, endpoint)
+        assert result["success"], (endpoint, result.get("error"), result.get("log"))
+
+    for student, score, cells in ((names[1], "9", RIGHT), (names[2], "7", WRONG)):
+        person = people(student)
+        person.page.goto(f"{person.url}/lab")
+        assignment_list(person)
+        answer = student_action(person, "Fetch Feedback", "/assignments/fetch_feedback",
+                                "#submitted_assignments_list")
+        assert answer.ok and answer.json()["success"], answer.text()
+        feedback = sorted((room_.home(student) / "attention" / "feedback").glob(
+            "*/lesson.html"))
+        assert len(feedback) == 1, feedback  # the last submission's only
+        html = feedback[0].read_text()
+        totals = re.findall(r"\(Score: ([\d.]+) / ([\d.]+)\)", html)
+        assert totals and totals[0] == (f"{score}.0", "9.0"), (student, totals[:6])
+        # Open it in the student's own server, as the Assignment List's link does.
+        rel = feedback[0].relative_to(room_.home(student))
+        person.page.goto(f"{person.url}/files/{rel}")
+        expect(person.page.locator("h4").first).to_contain_text(f"(Score: {score}.0 / 9.0)")
+        for grade_id, points in cells.items():  # nbgrader's table of contents, per cell
+            entry = person.page.locator(f"#toc li:has(a[href='#{grade_id}'])")
+            expect(entry).to_contain_text(f"(Score: {points} / {RIGHT[grade_id]})")
+        if student == names[2]:
+            person.page.screenshot(path=shots / "hub-7-feedback-cell5.png")
+
+
+# -------------------------------------------------------------------- isolation
+def targets(room, me, other) -> dict:
+    """What ``me`` must not reach: {label: path}, each checked to exist (as root)."""
+    inbound_dir = room.exchange / classroom.COURSE_ID / "inbound"
+    theirs = inbound(room, other)[-1]
+    out = {
+        "other's home": room.home(other),
+        "other's notebook": room.home(other) / "attention" / "lesson.ipynb",
+        "other's nbgrader cache": room.home(other) / ".local" / "share" / "jupyter",
+        "other's feedback": next((room.home(other) / "attention" / "feedback").iterdir()),
+        "the exchange's inbound": inbound_dir,
+        "the exchange's feedback": room.exchange / classroom.COURSE_ID / "feedback",
+        "instructor's course": room.course_dir,
+        "source/": room.course_dir / "source" / classroom.ASSIGNMENT / "lesson.ipynb",
+        "gradebook.db": room.course_dir / "gradebook.db",
+        "autograded/": room.course_dir / "autograded",
+        "other's autograded notebook": room.course_dir / "autograded" / other /
+        classroom.ASSIGNMENT / "lesson.ipynb",
+        "submitted/": room.course_dir / "submitted",
+        "the solutions": room.course_copy / "complete_lesson.ipynb",
+    }
+    for label, path in out.items():
+        assert path.exists(), (label, path)
+    # Without the submission's random suffix (72 bits) its name cannot be guessed.
+    guess = inbound_dir / "+".join(theirs.split("+")[:3])
+    out["other's submission, guessed name"] = guess / "lesson.ipynb"
+    return {k: str(v) for k, v in out.items()}
+
+
+PROBE = '''import json, os, pwd
+targets = json.loads({targets!r})
+seen = {{"whoami": pwd.getpwuid(os.getuid()).pw_name}}
+for label, path in targets.items():
+    try:
+        if os.path.isdir(path):
+            os.listdir(path)
+        else:
+            open(path, "rb").read(1)
+        seen[label] = "READ"
+    except OSError as exc:
+        seen[label] = type(exc).__name__
+released = {released!r}
+for label, attempt in (("overwrite the release", lambda: open(released, "a")),
+                       ("rename the course in the exchange",
+                        lambda: os.rename({course!r}, {course!r} + "-x"))):
+    try:
+        attempt()
+        seen[label] = "DONE"
+    except OSError as exc:
+        seen[label] = type(exc).__name__
+print("PROBE" + json.dumps(seen))
+'''
+
+
+def test_5_a_students_kernel_cannot_reach_other_people(room, people, names, shots):
+    room_, _ = room
+    me, other = names[1], names[2]
+    person = people(me)
+    course = room_.exchange / classroom.COURSE_ID
+    code = PROBE.format(targets=json.dumps(targets(room_, me, other)),
+                        released=str(course / "outbound" / classroom.ASSIGNMENT /
+                                     "lesson.ipynb"), course=str(course))
+    nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": "probe",
+                     "metadata": {}, "outputs": [], "source": code}],
+          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                      "language": "python"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    page = person.page
+    page.goto(f"{person.url}/lab")
+    answer = page.request.put(f"{person.url}/api/contents/probe.ipynb", headers=person.xsrf(),
+                              data=json.dumps({"type": "notebook", "content": nb}))
+    assert answer.ok, answer.text()
+    page.goto(f"{person.url}/lab/tree/probe.ipynb")
+    page.wait_for_selector(f"{NOTEBOOK} .jp-Cell")
+    # The student's own kernel is up (the status bar, as in tests/browser).
+    expect(page.get_by_text("Python 3 (ipykernel) | Idle")).to_be_visible(timeout=120_000)
+    page.locator(f"{NOTEBOOK} .jp-Cell .cm-content").first.click()
+    page.keyboard.press("Shift+Enter")
+    output = page.locator(f"{NOTEBOOK} .jp-OutputArea-output")
+    expect(output).to_contain_text("PROBE", timeout=120_000)
+    seen = json.loads(output.inner_text().split("PROBE", 1)[1])
+    page.screenshot(path=shots / "hub-8-isolation-kernel.png")
+    assert seen.pop("whoami") == me
+    guessed = seen.pop("other's submission, guessed name")
+    assert guessed in ("FileNotFoundError", "PermissionError"), guessed
+    assert seen == {label: "PermissionError" for label in seen}, seen
+
+
+def test_6_a_students_terminal_cannot_reach_other_people(room, people, names):
+    room_, _ = room
+    me, other = names[1], names[2]
+    person = people(me)
+    paths = targets(room_, me, other)
+    result = room_.home(me) / "terminal-probe.txt"
+    script = "; ".join(
+        f"if cat {json.dumps(p)} >/dev/null 2>&1 || ls {json.dumps(p)} >/dev/null 2>&1; "
+        f"then echo OPEN {json.dumps(label)}; else echo DENIED {json.dumps(label)}; fi"
+        for label, p in paths.items())
+    page = person.page
+    page.goto(f"{person.url}/lab")
+    page.locator(MENU, has_text=re.compile("^File$")).click()  # File > New > Terminal
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^New$")).hover()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Terminal$")).click()
+    terminal = page.locator(".jp-Terminal .xterm-screen")
+    expect(terminal).to_be_visible(timeout=60_000)
+    terminal.click()
+    page.keyboard.insert_text(f"(whoami; {script}) > {result}.tmp; mv {result}.tmp {result}")
+    page.keyboard.press("Enter")
+    deadline = time.monotonic() + 60
+    while not result.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    lines = result.read_text().splitlines()
+    assert lines[0] == me
+    assert [ln for ln in lines[1:] if not ln.startswith("DENIED")] == [], lines
+    assert len(lines) == 1 + len(paths)
+    assert result.stat().st_uid == room_.home(me).stat().st_uid  # written by the student

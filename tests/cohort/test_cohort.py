@@ -56,8 +56,8 @@ def _outside_state():
 def _grading_dirs():
     import tempfile
 
-    return {p for base in {Path("/tmp"), Path(tempfile.gettempdir())}
-            for p in base.glob("attention-grading-*")} | set(
+    # The cohort's own TMPDIR (other grading runs on the machine use /tmp).
+    return set(Path(tempfile.gettempdir()).glob("attention-grading-*")) | set(
         Path("/tmp").glob(f"attention-ipc-{os.getuid()}/*"))
 
 

@@ -685,6 +685,29 @@ def _reap_strays():
                 os.kill(int(entry), signal.SIGKILL)
 
 
+_SCRATCH = ("/tmp", "/dev/shm")  # the sandbox's writable places (and its working dir)
+
+
+def _paths(roots) -> set:
+    out = set()
+    for root in roots:
+        for where, dirs, files in os.walk(root):
+            out.update(os.path.join(where, n) for n in dirs + files)
+    return out
+
+
+def _wipe(roots, keep: set):
+    """Remove what runs left in the sandbox's writable places since the set-up."""
+    import shutil
+
+    for path in sorted(_paths(roots) - keep, key=len, reverse=True):
+        with contextlib.suppress(OSError):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+
+
 def serve(setup_path: str, sandboxed: bool):
     """The fork server's loop: read {"steps": {step: source}} requests on stdin, answer
     {step: {"data": base64 npz} | {"error": text}} on stdout."""
@@ -698,12 +721,16 @@ def serve(setup_path: str, sandboxed: bool):
     sources = json.loads(Path(setup_path).read_text())
     setup = setup_namespace(sources)
     reference_names(setup)  # warm the ops once, before any fork
+    scratch = [*_SCRATCH, os.getcwd()] if sandboxed else []
+    keep = _paths(scratch)
     _send(wfd, {"ready": True})
     while True:
         req = _recv(rfd)
         if req is None:
             return
-        _send(wfd, _answer(req, setup, sandboxed, (rfd, wfd)))
+        answer = _answer(req, setup, sandboxed, (rfd, wfd))
+        _wipe(scratch, keep)  # nothing one submission's runs wrote reaches the next one's
+        _send(wfd, answer)
 
 
 def _answer(req, setup, sandboxed, protect):

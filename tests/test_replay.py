@@ -181,3 +181,14 @@ def test_a_cell_that_never_ends_is_cut_at_its_deadline():
     got = grades(with_cells(SOLVED, {"cell7_values": "while True:\n    pass\n"
                                      + cells["cell7_values"]}))
     assert got == FULL | {"cell7_values_test": 0.0}
+
+
+def test_nothing_a_submission_writes_reaches_the_next_one():
+    """Student A's Cell 5 leaves the right scores in /tmp; student B's Cell 5 only loads
+    them: B earns nothing (the server removes what a submission's runs wrote)."""
+    cells = {c.metadata["nbgrader"]["grade_id"]: c.source for c in SOLVED.cells
+             if c.metadata.get("nbgrader", {}).get("solution")}
+    leave = cells["cell5_scores"] + "\ntorch.save(attention_scores.detach(), '/tmp/scores.pt')\n"
+    assert grades(with_cells(SOLVED, {"cell5_scores": leave}))["cell5_scores_test"] == 2.0
+    take = "attention_scores = torch.load('/tmp/scores.pt')\n"
+    assert grades(with_cells(SOLVED, {"cell5_scores": take}))["cell5_scores_test"] == 0.0

@@ -429,6 +429,9 @@ def _worker_main(student, conn, init_args, scratch, task=_grade_one):
         conn.send((student, False, f"grading raised {type(exc).__name__}: {exc}", 0.0))
     finally:
         conn.close()
+        from src import grading
+
+        grading.close_replay_servers()  # one this worker had to start (the shared one died)
 
 
 def _run_workers(students, jobs, init_args, deadline, on_done, task=_grade_one,
@@ -446,8 +449,8 @@ def _run_workers(students, jobs, init_args, deadline, on_done, task=_grade_one,
     from src import grading, sandbox
 
     ctx = multiprocessing.get_context("fork")  # inherits the imported nbgrader (~5 s)
-    # One replay fork server for the whole run (torch imported once): workers inherit it.
-    grading.replay_server(ASSIGNMENT)
+    if task is _grade_one:  # one replay fork server for the run (torch imported once)
+        grading.replay_server(ASSIGNMENT)
     pending, running, scratch = list(students), {}, {}
     while pending or running:
         while pending and len(running) < jobs:

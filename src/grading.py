@@ -193,9 +193,12 @@ class CopyAllowedFiles(NbGraderPreprocessor):
     max_files = Integer(20, help="files copied per submission at most").tag(config=True)
     max_kb = Integer(4096, help="KiB copied per submission at most").tag(config=True)
 
+    #: nbgrader's own file beside the notebook (the submission's time): its exchange's
+    #: release_feedback reads it from feedback/, so it always travels (plain text).
+    always = ("timestamp.txt",)
+
     def preprocess(self, nb, resources):
-        if not self.patterns:
-            return nb, resources
+        allowed = [*self.patterns, *self.always]
         folder = Path(resources.get("metadata", {}).get("path", "."))
         into = _COPY_INTO.get(folder.parent.parent.name)
         if into is None:
@@ -205,7 +208,7 @@ class CopyAllowedFiles(NbGraderPreprocessor):
         for path in sorted(folder.rglob("*")):
             rel = path.relative_to(folder).as_posix()
             if (path.is_symlink() or not path.is_file() or rel.endswith(".ipynb")
-                    or not any(fnmatch.fnmatch(rel, p) for p in self.patterns)):
+                    or not any(fnmatch.fnmatch(rel, p) for p in allowed)):
                 continue
             size = path.stat().st_size
             if count >= self.max_files or size > budget:

@@ -729,6 +729,7 @@ def serve(setup_path: str, sandboxed: bool):
         if req is None:
             return
         answer = _answer(req, setup, sandboxed, (rfd, wfd))
+        answer["id"] = req.get("id")  # which request this answers
         _wipe(scratch, keep)  # nothing one submission's runs wrote reaches the next one's
         _send(wfd, answer)
 
@@ -811,13 +812,16 @@ class ReplayServer:
 
     def replay(self, steps: dict, seconds: float = STUDENT_SECONDS) -> dict:
         """{step: data dict or an error text} for {step cell grade_id: source}."""
+        ident = os.urandom(8).hex()
         try:
-            _send(self.proc.stdin.fileno(), {"steps": steps, "seconds": seconds})
+            _send(self.proc.stdin.fileno(), {"steps": steps, "seconds": seconds, "id": ident})
             msg = _recv(self.proc.stdout.fileno(),
                         time.monotonic() + seconds + RUN_SECONDS * len(steps) + 10)
         except OSError:
             msg = None
-        if not isinstance(msg, dict):
+        if not isinstance(msg, dict) or msg.get("id") != ident:
+            # (an answer to another request: a worker was killed while it waited)
+            self.proc.kill()
             raise RuntimeError("the replay server stopped answering")
         return decode_answer(msg, steps)
 

@@ -142,7 +142,9 @@ def hostile_cases() -> list[dict]:
             {"cell6_softmax": [("attention_weights = softmax(",
                                 "hog = torch.ones(2**31)  # 8 GiB\n"
                                 "attention_weights = softmax(")]}),
-             expected=full | {"cell6_softmax_test": 1.0, "cell7_values_test": 0.0}),
+             # Cell 6 raises MemoryError (the weights earn nothing, its softmax its point);
+             # Cell 7's own code is right, and the replay gives it the right weights.
+             expected=full | {"cell6_softmax_test": 1.0}),
         dict(name="deleted-graded-cell", nb=submission_notebook(drop=("cell5_scores_test",)),
              expected=full | {"cell5_scores_test": None}),
         dict(name="edited-locked-test", nb=submission_notebook(

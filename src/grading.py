@@ -193,9 +193,9 @@ class CopyAllowedFiles(NbGraderPreprocessor):
     max_files = Integer(20, help="files copied per submission at most").tag(config=True)
     max_kb = Integer(4096, help="KiB copied per submission at most").tag(config=True)
 
-    #: nbgrader's own file beside the notebook (the submission's time): its exchange's
-    #: release_feedback reads it from feedback/, so it always travels (plain text).
-    always = ("timestamp.txt",)
+    #: nbgrader's own files beside the notebook (the submission's time and secret): its
+    #: exchange's release_feedback reads them from feedback/, so they always travel.
+    always = ("timestamp.txt", "submission_secret.txt")
 
     def preprocess(self, nb, resources):
         allowed = [*self.patterns, *self.always]

@@ -66,13 +66,13 @@ def expected_scores(replace=None) -> dict:
     return out
 
 
-def submission_notebook(replace=None, test_cell_edits=None, drop=(), added=()):
-    """The release with the solutions filled in, ``replace`` edits applied, cells in
-    ``drop`` deleted and ``added`` cells [(after cell id, "code"|"markdown", source)]
-    inserted, as a student who adds cells of their own."""
+def submission_notebook(replace=None, test_cell_edits=None, drop=(), added=(), solved=True):
+    """The release with the solutions filled in (unless not ``solved``: the stubs stay),
+    ``replace`` edits applied, cells in ``drop`` deleted and ``added`` cells [(after cell
+    id, "code"|"markdown", source)] inserted, as a student who adds cells of their own."""
     release_nb = course_dir() / "release" / ASSIGNMENT / f"{NOTEBOOK}.ipynb"
     nb = nbformat.read(release_nb, as_version=4)
-    codes = solved_sources()
+    codes = solved_sources() if solved else {}
     for cell in nb.cells:
         cid = cell.get("id")
         if cid in codes and cell.metadata.get("nbgrader", {}).get("solution"):
@@ -91,6 +91,16 @@ def submission_notebook(replace=None, test_cell_edits=None, drop=(), added=()):
         nb.cells.insert(at + 1, new)
     return nbformat.writes(nb)
 
+
+#: Every name of the lesson computed right, by code outside the step cells.
+FORGERY = """query, key, value = q_proj(x), k_proj(x), v_proj(x)
+attention_scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)
+def softmax(x, dim=-1):
+    e = torch.exp(x - x.amax(dim=dim, keepdim=True).nan_to_num(neginf=0.0))
+    return e / e.sum(dim=dim, keepdim=True).clamp_min(1e-30)
+attention_weights = softmax(attention_scores)
+attended_values = attention_weights @ value
+"""
 
 FAKE_VERIFY = '''"""A tampered verify.py: every check passes."""
 class CheckResult:
@@ -145,6 +155,15 @@ def hostile_cases() -> list[dict]:
              # Cell 6 raises MemoryError (the weights earn nothing, its softmax its point);
              # Cell 7's own code is right, and the replay gives it the right weights.
              expected=full | {"cell6_softmax_test": 1.0}),
+        # The forged stub: every step cell still raises NotImplementedError, and the right
+        # tensors are made elsewhere (an added cell; an IPython hook before each check).
+        dict(name="forged-stub", nb=submission_notebook(
+            solved=False, added=[("cell3_data", "code", FORGERY)]),
+             expected={g: 0.0 for g in GRADE_CELLS}),
+        dict(name="forged-stub-hook", nb=submission_notebook(solved=False, added=[(
+            "cell3_data", "code", "def _fill(*args):\n    exec(" + repr(FORGERY)
+            + ", globals())\nget_ipython().events.register('pre_run_cell', _fill)\n")]),
+             expected={g: 0.0 for g in GRADE_CELLS}),
         dict(name="deleted-graded-cell", nb=submission_notebook(drop=("cell5_scores_test",)),
              expected=full | {"cell5_scores_test": None}),
         dict(name="edited-locked-test", nb=submission_notebook(

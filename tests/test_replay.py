@@ -17,6 +17,7 @@ import pytest
 
 import verify
 from src import grading, replay, sandbox
+from tests.cohort.build import FORGERY  # the right names, made outside the step cells
 from tests.notebook_utils import LESSON, SOURCE
 
 pytestmark = pytest.mark.skipif(sandbox.unavailable_reason() is not None,
@@ -24,16 +25,6 @@ pytestmark = pytest.mark.skipif(sandbox.unavailable_reason() is not None,
 
 SOLVED = nbformat.read(SOURCE, as_version=4)
 STUB = nbformat.read(LESSON, as_version=4)
-#: Every name of the lesson, computed right: what forgers put anywhere but the step cells.
-FORGERY = """
-query, key, value = q_proj(x), k_proj(x), v_proj(x)
-attention_scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)
-def softmax(x, dim=-1):
-    e = torch.exp(x - x.amax(dim=dim, keepdim=True).nan_to_num(neginf=0.0))
-    return e / e.sum(dim=dim, keepdim=True).clamp_min(1e-30)
-attention_weights = softmax(attention_scores)
-attended_values = attention_weights @ value
-"""
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -104,7 +95,7 @@ def test_a_prepared_set_up_cell_earns_nothing():
     """The replay runs the release's set-up cells, never the student's copy."""
     setup = next(c for c in STUB.cells
                  if c.metadata.get("nbgrader", {}).get("grade_id") == "cell3_data")
-    assert grades(with_cells(STUB, {"cell3_data": setup.source + FORGERY})) == ZERO
+    assert grades(with_cells(STUB, {"cell3_data": setup.source + "\n" + FORGERY})) == ZERO
 
 
 def test_an_earlier_step_cell_cannot_fix_a_later_one():

@@ -290,8 +290,9 @@ def attack_cases(slow_cells: int = 0, cell_timeout: int = 10) -> list[dict]:
              nb=after("cell4_projections_test", a.JUDGE_BOMB.format(**fmt))),
         # refused by the grader's socket: the kernel is stopped like any misbehaving one
         dict(name="attack-big-message", stopped="output channel went silent",
-             expected=full | {g: 0.0 for g in full if g != "cell4_projections_test"},
-             nb=after("cell4_projections_test", a.BIG_MESSAGE)),
+             # The kernel is stopped after Cell 4; the replay still grades every step
+             # cell from its own code, so the stop costs nothing.
+             expected=full, nb=after("cell4_projections_test", a.BIG_MESSAGE)),
         dict(name="xss-markdown-link", expected=full, extra={"summary.html": a.EXTRA_HTML},
              nb=submission_notebook(added=[("cell3_data", "markdown", a.MARKDOWN_LINK)])),
     ]

@@ -300,9 +300,10 @@ def attack_cases(slow_cells: int = 0, cell_timeout: int = 10) -> list[dict]:
     if slow_cells:
         sleepy = [("cell4_projections_test", "code", a.SLOW_CELL.format(seconds=cell_timeout - 1))
                   ] * slow_cells
+        # The kernel is stopped once the budget is spent (after Cell 4's test); the replay
+        # still grades each step cell from its own code, so the sleeps cost no points.
         cases.append(dict(name="many-slow-cells", nb=submission_notebook(added=sleepy),
-                          expected={g: (full[g] if g == "cell4_projections_test" else 0.0)
-                                    for g in full}, stopped="budget"))
+                          expected=full, stopped="budget"))
     for case in cases:
         case.setdefault("fmt", fmt)
     assert len({c["name"] for c in cases}) == len(cases)

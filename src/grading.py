@@ -50,6 +50,7 @@ from traitlets import Bool, Float, Integer, List, Unicode
 
 from src import safe_html
 from src import sandbox as sb
+from src.layout import SHIPPED, course_dir, reference_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The file beside each autograded notebook with the trusted step's findings.
@@ -454,9 +455,7 @@ class SandboxedExecute(Execute):
 
 def budget_of(limits: sb.Limits) -> tuple[int, str]:
     """(seconds, how they were set) of a whole notebook's budget, from the reference run
-    that `make release` measured (src.course.reference_seconds)."""
-    from src.course import reference_seconds
-
+    that `make release` measured (src.layout.reference_seconds)."""
     ref = reference_seconds()
     seconds = limits.budget(ref)
     if ref is None:
@@ -549,7 +548,6 @@ def setup_sources(assignment: str = "") -> list[str]:
     never from a submission."""
     import nbformat
 
-    from src.course import course_dir
     from src.replay import SETUP_CELLS
 
     for path in (course_dir() / "source" / assignment / "lesson.ipynb",
@@ -567,8 +565,6 @@ def setup_sources(assignment: str = "") -> list[str]:
 
 def shipped_files(assignment: str = "") -> dict:
     """verify.py, src/, data/ as released: course/source/<assignment>/ (else the repo)."""
-    from src.course import SHIPPED, course_dir
-
     base = course_dir() / "source" / assignment
     if not assignment or not all((base / n).exists() for n in SHIPPED):
         base = ROOT

@@ -159,14 +159,23 @@ def clean_reference(nb):
     return nb
 
 
+def ipc_config(directory):
+    """nbclient config for a kernel on Unix sockets in ``directory``: no TCP port is
+    opened, so nothing else on the machine can connect, and ipykernel prints no
+    "running over TCP without encryption" warning."""
+    from traitlets.config import Config
+
+    config = Config()
+    config.KernelManager.transport = "ipc"
+    config.KernelManager.ip = str(Path(directory) / "kernel")
+    return config
+
+
 def execute_reference(path: Path = SOURCE, timeout: int = 120) -> None:
     """Run the reference top to bottom in a fresh kernel and save it cleaned."""
     import tempfile
 
     from nbclient import NotebookClient
-
-    sys.path.insert(0, str(ROOT))  # verify.py sits at the top of the repository
-    from verify import ipc_config
 
     nb = read(path)
     with tempfile.TemporaryDirectory(prefix="reference-") as tmp:

@@ -75,6 +75,8 @@ OFFICIAL = tuple(n for _, names in STEPS.values() for n in names)
 INPUTS = {"cell4_projections": ("x",), "cell5_scores": ("query", "key"),
           "cell6_softmax": ("attention_scores",),
           "cell7_values": ("attention_weights", "value")}
+#: Set-up tensors no step cell may change in place (every later cell reads them).
+WATCHED_SETUP = ("x",)
 #: The names the release's set-up cells bind; a test compares them with the notebook.
 SETUP_NAMES = (
     "math", "matplotlib", "np", "torch", "display", "PROMPT_EXAMPLE", "load_example",
@@ -87,6 +89,11 @@ STUDENT_SECONDS = 30.0
 DATA_BYTES = 4 * 2**20
 #: Fixed output gradients for the dependence checks (the judge recomputes them).
 GRAD_SEED = 20261123
+#: The second run of a step cell, on other inputs of the same shapes that the grader
+#: chooses (seeded): code right on the lesson's numbers only (a clip, a result typed in)
+#: is told apart there. Cell 6's weights are left out: its softmax is probed on its own.
+VARIANT_SEED = 20261124
+VARIANT_STEPS = ("cell4_projections", "cell5_scores", "cell7_values")
 
 
 def output_gradient(shape) -> np.ndarray:
@@ -120,6 +127,61 @@ def reference_names(ns: dict) -> dict:
     return {"query": query, "key": key, "value": value, "attention_scores": scores,
             "softmax": reference_softmax, "attention_weights": weights,
             "attended_values": weights @ value}
+
+
+def variant_inputs(step: str) -> dict:
+    """{name: float32 array} of the inputs of ``step``'s second run: x [1, 6, 64] (Cell
+    4); query, key [1, 6, 64] with scores spread to about ±25 (Cell 5); rows of weights
+    summing to 1 [1, 6, 6] and value [1, 6, 64] (Cell 7)."""
+    rng = np.random.default_rng(VARIANT_SEED)
+    if step == "cell4_projections":
+        return {"x": rng.standard_normal((1, 6, 64)).astype(np.float32)}
+    if step == "cell5_scores":
+        return {n: (3 * rng.standard_normal((1, 6, 64))).astype(np.float32)
+                for n in ("query", "key")}
+    if step == "cell7_values":
+        logits = 2 * rng.standard_normal((1, 6, 6))
+        w = np.exp(logits - logits.max(-1, keepdims=True))
+        return {"attention_weights": (w / w.sum(-1, keepdims=True)).astype(np.float32),
+                "value": rng.standard_normal((1, 6, 64)).astype(np.float32)}
+    return {}
+
+
+def _variant_run(step: str, code, setup: dict) -> dict:
+    """The step cell's code once more, on :func:`variant_inputs`: ``variant.in.<name>``,
+    ``variant.out.<name>`` (its outputs' values) or ``variant.raised``. Never raises."""
+    import torch
+
+    import verify
+
+    out = {}
+    try:
+        made = variant_inputs(step)
+        ns, _ = fresh_namespace(setup, step)
+        for n, a in made.items():
+            out[f"variant.in.{n}"] = a
+            if n == "x":  # in place: example.x is the same tensor
+                with torch.no_grad():
+                    ns["x"].copy_(torch.from_numpy(a.copy()))
+            else:  # like the lesson's: a non-leaf that requires grad
+                ns[n] = torch.from_numpy(a.copy()).requires_grad_() * 1.0
+        test_id, names = STEPS[step]
+        try:
+            with _quiet():
+                exec(code, ns)  # noqa: S102  (the student's cell again, its own namespace)
+        except BaseException as exc:  # noqa: BLE001  (what it raises is data)
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            out["variant.raised"] = np.array(f"{type(exc).__name__}: {str(exc)[:160]}")
+            return out
+        seen = verify.observe(test_id, _Official(ns))
+        for n in names:
+            values = seen.get(f"t.{n}.values")
+            if isinstance(values, np.ndarray):
+                out[f"variant.out.{n}"] = values
+    except Exception as exc:  # noqa: BLE001  (a student's object may break any call)
+        out["variant.error"] = np.array(f"{type(exc).__name__}: {str(exc)[:120]}")
+    return out
 
 
 def setup_namespace(sources) -> dict:
@@ -373,13 +435,17 @@ def replay_step(step: str, source: str, setup: dict, upstream: dict | None = Non
     import torch
 
     import verify
+    from src.checks import observe
 
     cap = _Captured()
     test_id, names = STEPS[step]
     filename = f"<{step}>"
     ns, inputs = fresh_namespace(setup, step, upstream)
     own = {"replay.own": np.array(True)} if upstream else {}
-    before = {n: t.detach().clone() for n, t in inputs.items() if cap.is_tensor(t)}
+    # Inputs changed in place: the earlier tensors, the layers' parameters, and the set-up's
+    # x (which every later cell reads).
+    watched = {**inputs, **{n: ns[n] for n in WATCHED_SETUP if cap.is_tensor(ns.get(n))}}
+    before = {n: t.detach().clone() for n, t in watched.items() if cap.is_tensor(t)}
     error, sink = None, io.StringIO()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors: threads only add wake-ups
@@ -400,10 +466,12 @@ def replay_step(step: str, source: str, setup: dict, upstream: dict | None = Non
     data.update({"cell.ran": np.array(True), "cell.replayed": np.array(True)})
     if error is not None:
         lineno, line = _line_of(error, filename, source)
-        data["cell.raised"] = verify._str_list([verify._error_text(error), line])
+        data["cell.raised"] = observe._raised(observe._error_text(error), line)
         data["cell.lineno"] = np.array(lineno)
-    data.update(_facts(cap, step, ns, inputs, before, source))
+    data.update(_facts(cap, step, ns, inputs, watched, before, source))
     data.update(own)
+    if upstream is None and error is None and step in VARIANT_STEPS:
+        data.update(_variant_run(step, code, setup))
     return data
 
 
@@ -414,12 +482,12 @@ class _Official(dict):
         super().__init__({n: ns.get(n) for n in OFFICIAL})
 
 
-def _facts(cap, step, ns, inputs, before, source) -> dict:
+def _facts(cap, step, ns, inputs, watched, before, source) -> dict:
     out = {}
     try:
         mutated = [n for n, old in before.items()
-                   if not (tuple(inputs[n].shape) == tuple(old.shape)
-                           and bool(cap.equal(inputs[n].detach(), old)))]
+                   if not (tuple(watched[n].shape) == tuple(old.shape)
+                           and bool(cap.equal(watched[n].detach(), old)))]
         if mutated:
             out["replay.mutated"] = np.array(mutated, dtype=str)
         _, names = STEPS[step]
@@ -440,7 +508,12 @@ def _facts(cap, step, ns, inputs, before, source) -> dict:
             out[f"replay.graph.{n}"] = np.array(nodes[:64], dtype=str)
             if python:
                 out["replay.python_node"] = np.array(True)
-            grads = cap.vjp(t, [r for _, r in roots])
+            try:
+                grads = cap.vjp(t, [r for _, r in roots])
+            except Exception as exc:  # noqa: BLE001  (autograd cannot go back: data)
+                out[f"replay.grad_error.{n}"] = np.array(f"{type(exc).__name__}: "
+                                                         f"{str(exc)[:160]}")
+                continue
             for (rn, _), g in zip(roots, grads):
                 out[f"replay.grad.{n}.{rn}"] = g
     except Exception as exc:  # noqa: BLE001  (a student's object may break any call)

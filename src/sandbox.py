@@ -206,7 +206,7 @@ def unavailable_reason() -> str | None:
 def _hidden_roots() -> list[Path]:
     """What a directory bound into the sandbox must never contain or lie in: the
     repository (solutions, nbgrader_config.py) and the course (gradebook, submissions)."""
-    from src.course import ROOT, course_dir
+    from src.layout import ROOT, course_dir
 
     return [ROOT.resolve(), course_dir()]
 

@@ -15,6 +15,7 @@
 import numpy as np
 
 import verify
+from src.checks import lesson
 
 PROJ = "query = q_proj(x)"
 SCALE = "attention_scores = raw_scores / math.sqrt(d_k)"
@@ -113,12 +114,16 @@ def steps_of(mistake):
         return ["attention_scores", "attended_values"]  # named constant_output)
     if mistake.kind == "detached_output":  # (Cell 4's own rule: detached_projection)
         return TENSOR_STEPS[1:]
+    if mistake.kind == "variant":  # (Cell 6's softmax is probed on its own inputs)
+        return ["projections", "attention_scores", "attended_values"]
+    if mistake.kind == "backward":  # (in Cell 6 it is the softmax's own mistake)
+        return ["projections", "attention_scores", "softmax", "attended_values"]
     if mistake.kind == "mutated_input":  # (in Cell 6 it is the softmax's own mistake)
         return [s for s in TENSOR_STEPS if s != "attention_weights"]
     if mistake.step == "any":  # these are about a step's inputs: it must have some
         return TENSOR_STEPS[1:] if mistake.kind in NEEDS_INPUTS else TENSOR_STEPS
     if mistake.fns and mistake.in_weights:
-        ref = verify._reference()
+        ref = lesson._reference()
         weights = mistake.fns[0](ref["attention_scores"], -1)
         if not np.allclose(weights, ref["attention_weights"], equal_nan=True):
             return [mistake.step, "attention_weights"]
@@ -146,11 +151,11 @@ def _drop(data, prefix):
 
 
 def _reference_inputs(name):
-    return dict(verify._reference(), name=name)
+    return dict(lesson._reference(), name=name)
 
 
 def _inject_softmax(m, data):
-    for i, probe in enumerate(verify._probes()):
+    for i, probe in enumerate(lesson._probes()):
         prefix = f"softmax.p{i}.out"
         try:
             out = m.fns[0](probe.x.copy(), probe.dim)
@@ -166,13 +171,15 @@ def _inject_softmax(m, data):
 def _behaviour_outputs(mistake_id, i, probe):
     want = probe.expected
     if mistake_id == "ignores_its_input":
-        return verify._reference()["attention_weights"]
+        return lesson._reference()["attention_weights"]
     if mistake_id == "softmax_mishandles_inf" and np.isneginf(probe.x).any():
         return np.where(np.isneginf(probe.x), np.nan, want)
     if mistake_id == "softmax_masks_too_much" and np.isneginf(probe.x).any():
         return np.zeros_like(want)
     if mistake_id == "softmax_overflows" and i in (1, 2):
         return np.full_like(want, np.nan)
+    if mistake_id == "softmax_last_axis_only" and probe.dim not in (-1, probe.x.ndim - 1):
+        return want * 0.5
     if i == 0 and mistake_id == "softmax_negative":
         return want - 0.5
     if i == 0 and mistake_id == "softmax_not_normalised":
@@ -183,7 +190,7 @@ def _behaviour_outputs(mistake_id, i, probe):
 
 
 def _inject_behaviour(mistake_id, data):
-    for i, probe in enumerate(verify._probes()):
+    for i, probe in enumerate(lesson._probes()):
         prefix = f"softmax.p{i}.out"
         data.pop(f"softmax.p{i}.raised", None)
         _info(data, prefix, kind="tensor", type="Tensor", layout="strided", device="cpu")
@@ -203,7 +210,7 @@ def inject(mistake_id, step, data):
         _drop(data, "softmax")
         _info(data, "softmax", kind="tensor", type="Tensor", dtype="float32", layout="strided",
               device="cpu")
-        _set_values(data, "softmax", verify._reference()["attention_weights"])
+        _set_values(data, "softmax", lesson._reference()["attention_weights"])
     elif m.kind == "mutated":
         data["softmax.p1.mutated"] = np.array(True)
     elif m.kind == "behaviour":  # outputs that show the behaviour, on the probes
@@ -224,6 +231,13 @@ def inject(mistake_id, step, data):
     elif m.kind == "detached_output":
         data["cell.replayed"] = np.array(True)
         _info(data, prefix, requires_grad="", grad_fn="")
+    elif m.kind == "variant":  # the second run, on other inputs, raised
+        data["variant.raised"] = np.array("RuntimeError: the values were typed in for 6 tokens")
+    elif m.kind == "backward":
+        data["cell.replayed"] = np.array(True)
+        data[f"replay.grad_error.{'attention_weights' if step == 'softmax' else name}"] = (
+            np.array("RuntimeError: one of the variables needed for gradient computation has "
+                     "been modified by an inplace operation"))
     elif m.kind == "mutated_input":
         data["cell.replayed"] = np.array(True)
         data["replay.mutated"] = np.array(["x" if step == "projections"
@@ -237,10 +251,10 @@ def inject(mistake_id, step, data):
     elif step == "softmax" and m.fns:
         _inject_softmax(m, data)
     elif m.fns:  # a softmax mistake, seen in the weights
-        _set_values(data, prefix, m.fns[0](verify._reference()["attention_scores"], -1))
+        _set_values(data, prefix, m.fns[0](lesson._reference()["attention_scores"], -1))
     elif m.reproduce is not None or m.factor is not None:
         ref = _reference_inputs(name)
-        right = verify._compute(step, ref, name)
+        right = lesson._compute(step, ref, name)
         got = right * m.factor if m.factor is not None else m.reproduce(ref)
         _set_values(data, prefix, got[0] if isinstance(got, list) else got)
     elif m.kind == "upstream_slip":
@@ -252,10 +266,10 @@ def inject(mistake_id, step, data):
         _info(data, f"t.{upstream}", kind="ndarray", type="ndarray")
     elif m.kind == "degenerate":  # a constant input, and the formula applied to it
         upstream = verify.NAMES[step].upstream[0]
-        inputs = dict(verify._reference(), name=name)
+        inputs = dict(lesson._reference(), name=name)
         inputs[upstream] = np.ones_like(inputs[upstream])
         _set_values(data, f"t.{upstream}", inputs[upstream])
-        _set_values(data, prefix, verify._compute(step, inputs, name))
+        _set_values(data, prefix, lesson._compute(step, inputs, name))
     elif m.kind == "returned_none":
         _drop(data, prefix)
         _info(data, prefix, kind="none", type="NoneType")
@@ -292,6 +306,9 @@ def inject(mistake_id, step, data):
         _set_values(data, prefix, bad)
     elif m.kind == "constant":
         _set_values(data, prefix, np.zeros_like(values))
+    elif m.kind == "function":
+        _drop(data, prefix)
+        _info(data, prefix, kind="function", type="function")
     elif m.kind == "bad_type":
         _drop(data, prefix)
         _info(data, prefix, kind="other", type="list")

@@ -142,7 +142,7 @@ def softmax(x, dim=-1):
 attempt("unsqueeze instead of keepdim", softmax="""\
 def softmax(x, dim=-1):
     m = x.amax(dim=dim).unsqueeze(dim)
-    m[torch.isneginf(m)] = 0
+    m = torch.where(torch.isneginf(m), 0.0, m)
     e = torch.exp(x - m)
     return torch.div(e, e.sum(dim=dim).unsqueeze(dim).clamp_min(1e-12))""")
 attempt("softmax with the default dim", apply="attention_weights = softmax(attention_scores)")
@@ -223,6 +223,11 @@ def scores(expr, **kw):
     return dict(cell5=SCORES.format(expr), **kw)
 
 
+# The lesson's scores lie within ±0.6: a clip to ±1 changes nothing there, but changes
+# larger scores (the replay's second run, on other query and key, has some).
+attempt("scores clipped for safety", expect={"attention_scores": "right_only_here"},
+        cell5="attention_scores = torch.clamp(query @ key.transpose(-2, -1) / math.sqrt(d_k)"
+              ", -1.0, 1.0)")
 attempt("no scaling", expect={"attention_scores": "no_scaling"},
         **scores("query @ key.transpose(-2, -1)"))
 attempt("divided by d_k", expect={"attention_scores": "scaled_by_dk"},
@@ -312,6 +317,16 @@ attempt("softmax that forgot its return", expect={"softmax": "bad_output",
 attempt("weights as a NumPy array", expect={"attention_weights": "not_a_tensor"},
         by_design={"attended_values": "upstream_slip"},
         apply="attention_weights = softmax(attention_scores, dim=-1).detach().numpy()")
+attempt("the function itself as the weights", expect={"attention_weights":
+                                                      "function_not_called"},
+        apply="attention_weights = softmax")
+# Right values, but amax's saved output is changed in place: the backward pass raises.
+attempt("row max zeroed in place", expect={"softmax": "backward_fails"}, softmax="""\
+def softmax(x, dim=-1):
+    m = x.amax(dim=dim, keepdim=True)
+    m[torch.isneginf(m)] = 0
+    e = torch.exp(x - m)
+    return e / e.sum(dim=dim, keepdim=True).clamp_min(1e-12)""")
 attempt("no max-subtraction", expect={"softmax": "no_max_subtraction"}, softmax=SM + """\
     exps = torch.exp(x)
     return exps / exps.sum(dim=dim, keepdim=True)""")

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import verify
+from src.checks import judge
 from tests.catalogue import AGG, CATALOGUE, EXPS, SCALE, inject, steps_of
 from tests.corpus import roundtrip
 from tests.notebook_utils import LESSON, ROOT, SOURCE, cells_by_id, run_steps
@@ -75,6 +76,8 @@ def test_untouched_lesson_scores_zero():
 CASES = [(mid, step) for mid, m in verify.MISTAKES.items() for step in steps_of(m)
          if not (m.kind == "behaviour" and m.step != "softmax")]
 
+OWN_SOFTMAX = ("def softmax(x, dim=-1):\n    e = torch.exp(x - x.amax(dim=dim, keepdim=True))\n"
+               "    return e / e.sum(dim=dim, keepdim=True)\n\n")
 BEHAVIOUR_CODE = {
     "extra_term": {"cell7_values": "attended_values = attention_weights @ value + x"},
     "extra_nonlinearity": {"cell4_projections": "query = torch.relu(q_proj(x))\n"
@@ -96,6 +99,17 @@ BEHAVIOUR_CODE = {
                          "attention_weights.sum(dim=1).unsqueeze(-1)"},
     "weights_changed": {"cell7_values": "attended_values = torch.softmax(attention_weights, -1)"
                         " @ value"},
+    "rounded": {"cell5_scores": "attention_scores = torch.round(query @ key.transpose(-2, -1)"
+                " / 8, decimals=2)"},
+    "shifted": {"cell5_scores": "attention_scores = query @ key.mT / 8 - 1.5"},
+    "vectors_normalised": {"cell5_scores": "q = query / query.norm(dim=-1, keepdim=True)\n"
+                           "k = key / key.norm(dim=-1, keepdim=True)\n"
+                           "attention_scores = q @ k.transpose(1, 2)"},
+    "weights_masked": {"cell6_softmax": OWN_SOFTMAX + "keep = torch.ones(6, 6).tril().bool()\n"
+                       "attention_weights = softmax(attention_scores.masked_fill(~keep, "
+                       "float('-inf')))"},
+    "weights_temperature": {"cell6_softmax": OWN_SOFTMAX + "attention_weights = "
+                            "softmax(attention_scores * 3)"},
 }
 
 
@@ -146,7 +160,7 @@ def test_the_catalogue_text_is_complete():
         assert sum(x is not None and x != () for x in (m.reproduce, m.fns or None, m.factor,
                                                        m.error, m.kind)) >= 1, m.id
         if m.error:
-            assert m.example and verify._error_entry(*m.example) == m.id, m.id
+            assert m.example and judge._error_entry(*m.example) == m.id, m.id
 
 
 @pytest.mark.parametrize("mistake, replace, step, also_fail", CATALOGUE,
@@ -300,7 +314,8 @@ def test_messages_are_short_and_numbers_readable(reference):
     res = verify.check_softmax(boom)
     assert res.mistake == "softmax_raises" and "ZeroDivisionError" in res.message
     what = res.message.split("What we saw: ")[1].split("\n")[0]
-    assert len(what) < 420  # the probe shown, then at most ~200 characters of error
+    # the probe shown (about 250 characters), then at most 160 of error and 80 of its line
+    assert len(what) < 500 and len(what) - len(what.rpartition(" raised ")[0]) < 260
     huge = ns["attention_scores"].detach() * 1e300
     res = verify.check_attention_scores(ns["query"], ns["key"], huge.double())
     assert not re.search(r"\d{20}", str(res)), str(res)

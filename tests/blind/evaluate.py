@@ -30,8 +30,8 @@ CELL = {"4": "cell4_projections", "5": "cell5_scores", "6": "cell6_softmax",
         "7": "cell7_values"}
 
 
-def attempts() -> list[dict]:
-    return json.loads((HERE / "attempts.json").read_text(encoding="utf-8"))
+def attempts(path=None) -> list[dict]:
+    return json.loads(Path(path or HERE / "attempts.json").read_text(encoding="utf-8"))
 
 
 def judge_attempt(a: dict) -> dict:
@@ -78,8 +78,10 @@ def figure(rows) -> str:
 
 
 def main(argv=None):
-    rows = evaluate()
-    if "--messages" in (argv or sys.argv[1:]):
+    args = sys.argv[1:] if argv is None else argv
+    files = [a for a in args if not a.startswith("--")]
+    rows = evaluate(attempts(files[0]) if files else None)
+    if "--messages" in args:
         for r in rows:
             if r["verdict"] != "ok" or not r["label"]["correct"]:
                 print(f"{r['verdict']:<15} {r['id']:<28} cell {r['cell']} "

@@ -1,0 +1,813 @@
+"""The catalogue of common mistakes, one entry each, read top to bottom.
+
+Each entry (:class:`Mistake`) is the one place for a mistake: its step, its title,
+its cause, the next step the student is told, what it costs, and how the judge
+recognises it (the wrong result reproduced from the step's inputs, a wrong softmax
+to probe, a factor, an error pattern, or an observed fact). The judge
+(``src/checks/judge.py``) and the tests (``tests/catalogue.py``) both read it; a
+course author adds a mistake by adding an entry here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
+
+import numpy as np
+
+from src.checks.lesson import D_K, HALF, _softmax, _swap
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A common wrong version of a step: its text, and how to reproduce it.
+
+    ``step`` is the check that names it ("any": every check that judges
+    tensors). A mistake is recognised by one of:
+
+    - ``reproduce(inp)``: the wrong output(s) computed from the step's inputs
+      (``inp`` holds float64 arrays by name; for projections also ``name``);
+    - ``fns``: for softmax mistakes, the wrong softmax itself, one function
+      ``f(x, dim)`` per variant (float32 NumPy, mirroring the torch code); they
+      are probed like the student's and applied to the scores for the weights;
+    - ``factor``: the output is this multiple of the right one;
+    - ``error`` / ``line``: regular expressions over a raised error and the line
+      that raised it (``example`` is a real such error and line);
+    - a fact observed about the tensor or the function (``kind`` names the rule
+      of the judge that recognises it: "dtype", "lost_batch", "detached",
+      "builtin", ...; tests/catalogue.py shows how each is made).
+
+    ``cost`` is the share of the step's points it costs; ``strict_only``
+    mistakes are deducted only in the graded (strict) run.
+    """
+
+    id: str
+    step: str
+    title: str
+    cause: str
+    next_step: str
+    shows: str = ""
+    reproduce: Callable | None = None
+    fns: tuple = ()
+    factor: float | None = None
+    error: str | None = None
+    line: str | None = None
+    example: tuple = ()  # (error text, line) of a real case, for error entries
+    kind: str | None = None
+    cost: float = 1.0
+    strict_only: bool = False
+    in_weights: bool = True  # softmax mistakes: also looked for in the weights
+
+
+_ENTRIES: list = []
+
+
+def _m(id, step, title, cause, next_step, **kw):
+    _ENTRIES.append(Mistake(id, step, title, cause, next_step, **kw))
+
+
+def _fns(*variants):
+    """Softmax mistake variants written with NumPy, run like torch in float32."""
+
+    def wrap(fn):
+        def run(x, dim):
+            with np.errstate(all="ignore"):
+                return np.asarray(fn(np.asarray(x), dim))
+
+        return run
+
+    return tuple(wrap(fn) for fn in variants)
+
+
+def _row_max(x, dim):
+    """x.amax(dim, keepdim=True) with an all -inf row's max taken as 0 (the guard)."""
+    m = x.max(axis=dim, keepdims=True)
+    return np.where(np.isneginf(m), np.zeros_like(m), m)
+
+
+def _exp_shift(x, dim):
+    return np.exp(x - _row_max(x, dim))
+
+
+def _sum(x, dim):
+    return x.sum(axis=dim, keepdims=True)
+
+
+def _plain(x, dim):
+    e = _exp_shift(x, dim)
+    return e / _sum(e, dim)
+
+
+def _unguarded(x, dim):
+    """The stable softmax without the all -inf guard: NaN for such a row."""
+    e = np.exp(x - x.max(axis=dim, keepdims=True))
+    return e / _sum(e, dim)
+
+
+def _other_axis(x, dim):
+    """-1 unless dim already is the last axis, then -2 (for 'another axis')."""
+    return -2 if dim in (-1, x.ndim - 1) else -1
+
+
+def _relu_norm(x, dim):
+    r = np.maximum(x, 0)
+    return r / _sum(r, dim)
+
+
+def _sigmoid(x, dim):
+    return 1 / (1 + np.exp(-x))
+
+
+def _sigmoid_norm(x, dim):
+    s = _sigmoid(x, dim)
+    return s / _sum(s, dim)
+
+
+def _square_norm(x, dim):
+    return x ** 2 / _sum(x ** 2, dim)
+
+
+def _abs_norm(x, dim):
+    return np.abs(x) / _sum(np.abs(x), dim)
+
+
+# Cell 4 — projections. ``inp["name"]`` is the tensor being judged.
+def _proj(inp, n):
+    return inp["x"] @ _swap(inp[f"w_{n}"]) + inp[f"b_{n}"]
+
+
+_m("new_layers", "projections", "new nn.Linear layers instead of the given ones",
+   "the tensor was made by an nn.Linear layer of your own (its autograd graph holds "
+   "parameters that are not q_proj's, k_proj's or v_proj's): a new layer starts from "
+   "random weights",
+   "use the layers from Cell 3: query = q_proj(x), key = k_proj(x), value = v_proj(x)",
+   kind="new_layers", shows="the output of a layer with other weights")
+_m("swapped_projection", "projections", "a projection layer used for the wrong tensor",
+   "one of query/key/value was computed with another tensor's layer "
+   "(for example key = q_proj(x))",
+   "use q_proj for query, k_proj for key and v_proj for value",
+   reproduce=lambda inp: [_proj(inp, o) for o in "qkv" if o != inp["name"][0]],
+   shows="the output of another tensor's layer")
+_m("no_projection", "projections", "the embeddings were not projected",
+   "the tensor equals the input x: the nn.Linear layer was never applied",
+   "apply the layer to the embeddings: query = q_proj(x)",
+   reproduce=lambda inp: inp["x"], shows="x itself")
+_m("missing_bias", "projections", "the bias of the projection is missing",
+   "the tensor equals x @ W.T: the layer's weight was used by hand and its bias dropped",
+   "call the layer itself, q_proj(x), which adds the bias",
+   reproduce=lambda inp: inp["x"] @ _swap(inp[f"w_{inp['name'][0]}"]), shows="x @ W.T")
+_m("weight_not_transposed", "projections", "the projection weight was not transposed",
+   "the tensor equals x @ W + b; nn.Linear computes x @ W.T + b",
+   "call the layer itself, q_proj(x), instead of multiplying by its weight",
+   reproduce=lambda inp: inp["x"] @ inp[f"w_{inp['name'][0]}"] + inp[f"b_{inp['name'][0]}"],
+   shows="x @ W + b")
+_m("weight_only", "projections", "the weight used without .T and without the bias",
+   "the tensor equals x @ W: nn.Linear computes x @ W.T + b, so both the transpose "
+   "and the bias are missing",
+   "call the layer itself, q_proj(x): it transposes the weight and adds the bias",
+   reproduce=lambda inp: inp["x"] @ inp[f"w_{inp['name'][0]}"], shows="x @ W")
+_m("bias_added_twice", "projections", "the bias was added twice",
+   "the tensor equals q_proj(x) + b: calling the layer already adds its bias",
+   "drop the extra + q_proj.bias: query = q_proj(x)",
+   reproduce=lambda inp: _proj(inp, inp["name"][0]) + inp[f"b_{inp['name'][0]}"],
+   shows="x @ W.T + 2b")
+_m("projection_scaled", "projections", "the projection was scaled by 1/√d_k",
+   "the tensor is 1/8 of q_proj(x): the scaling belongs to the scores in Cell 5, "
+   "not to the projections",
+   "compute query = q_proj(x) unscaled; Cell 5 divides the scores by math.sqrt(d_k)",
+   factor=1 / math.sqrt(D_K))
+_m("detached_projection", "projections", "a projection detached from its layer",
+   "the values are right, but the tensor does not come from the layer's parameters in "
+   "the autograd graph (.detach(), torch.no_grad(), .data, or rebuilt from numbers), "
+   "so training could never change it",
+   "compute it as q_proj(x), outside torch.no_grad() and without .detach()",
+   kind="detached", cost=HALF, strict_only=True)
+
+# Cell 5 — scores.
+def _raw(inp):
+    return inp["query"] @ _swap(inp["key"])
+
+
+_m("transposed_product", "attention_scores", "the product is transposed (K Qᵀ)",
+   "the scores are the transpose of Q Kᵀ/√d_k: rows are keys and columns queries",
+   "compute query @ key.transpose(-2, -1): queries on the rows, keys on the columns",
+   reproduce=lambda inp: _swap(_raw(inp)) / 8, shows="(Q Kᵀ/√d_k)ᵀ = K Qᵀ/√d_k")
+_m("same_tensor_twice", "attention_scores", "the same tensor on both sides of the product",
+   "the scores equal Q Qᵀ/√d_k or K Kᵀ/√d_k: the query was used as the key (or the "
+   "other way round)",
+   "use query on the left and key on the right: query @ key.transpose(-2, -1)",
+   reproduce=lambda inp: [inp["query"] @ _swap(inp["query"]) / 8,
+                          inp["key"] @ _swap(inp["key"]) / 8],
+   shows="Q Qᵀ/√d_k (or K Kᵀ/√d_k)")
+_m("value_in_scores", "attention_scores", "the value was used in the scores",
+   "the scores equal Q Vᵀ/√d_k (or V Kᵀ/√d_k): the value takes no part in the scores",
+   "compute query @ key.transpose(-2, -1); the value comes in at Cell 7",
+   reproduce=lambda inp: [inp["query"] @ _swap(inp["value"]) / 8,
+                          inp["value"] @ _swap(inp["key"]) / 8],
+   shows="Q Vᵀ/√d_k")
+_m("feature_product", "attention_scores", "a product over tokens instead of features (Kᵀ Q)",
+   "the scores have shape [1, 64, 64] and equal Kᵀ Q/√d_k (or Qᵀ K): the transpose is on "
+   "the wrong operand, so the product sums over the tokens",
+   "transpose the key, not the query: query @ key.transpose(-2, -1) gives [1, 6, 6]",
+   reproduce=lambda inp: [_swap(inp["key"]) @ inp["query"] / 8,
+                          _swap(inp["query"]) @ inp["key"] / 8,
+                          _swap(inp["key"]) @ inp["query"], _swap(inp["query"]) @ inp["key"]],
+   shows="Kᵀ Q/√d_k, shape [1, 64, 64]")
+
+
+def _causal(inp):
+    """Q Kᵀ/√d_k with a decoder's causal mask: each token keeps itself and those before."""
+    scores = _raw(inp) / 8
+    later = np.triu(np.ones(scores.shape[-2:], dtype=bool), k=1)
+    return [np.where(later, fill, scores)
+            for fill in (-np.inf, -1e9, float(np.finfo(np.float32).min))]
+
+
+_m("causal_mask", "attention_scores", "a mask in the scores",
+   "the scores of later tokens were set to -inf (or a huge negative number), as a "
+   "decoder's causal mask does with masked_fill and torch.triu; the attention of this "
+   "lesson lets every token attend to all six, with no mask",
+   "remove the mask: attention_scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)",
+   reproduce=_causal, shows="Q Kᵀ/√d_k with the entries above the diagonal masked")
+_m("no_scaling", "attention_scores", "the scores are not scaled by 1/√d_k",
+   "the scores equal Q Kᵀ, √d_k = 8 times too large; the softmax will be too peaked",
+   "divide by math.sqrt(d_k), with d_k = key.shape[-1] = 64", factor=math.sqrt(D_K))
+_m("scaled_by_dk", "attention_scores", "the scores are divided by d_k instead of √d_k",
+   "the scores equal Q Kᵀ/64, 8 times too small: divided by d_k = 64 instead of "
+   "√d_k = 8, or by √d_k twice (the query or the product already scaled once)",
+   "divide once, by math.sqrt(d_k) = 8", factor=1 / math.sqrt(D_K))
+_m("multiplied_by_sqrt_dk", "attention_scores", "the scores are multiplied by √d_k",
+   "the scores equal Q Kᵀ·8 instead of Q Kᵀ/8", "divide by math.sqrt(d_k) instead of "
+   "multiplying", factor=float(D_K))
+_m("sqrt_precedence", "attention_scores", "d_k ** 1/2 is not √d_k",
+   "** binds tighter than /, so d_k ** 1/2 is (d_k ** 1) / 2 = 32: the scores were "
+   "divided by 32 or by 128 instead of 8",
+   "write math.sqrt(d_k) or d_k ** 0.5", factor=1 / 4)
+_m("sqrt_precedence_128", "attention_scores", "d_k ** 1/2 is not √d_k",
+   "x / d_k ** 1/2 is x / 64 / 2 (** binds tighter than /): the scores were divided by "
+   "128 instead of 8",
+   "write x / math.sqrt(d_k), or x / d_k ** 0.5", factor=1 / 16)
+_m("dk_from_token_axis", "attention_scores", "d_k read from the token axis",
+   "the scores were divided by √6 (or 6): d_k was taken from the token axis "
+   "(shape[1] or shape[-2]) instead of the feature axis",
+   "d_k is the size of each query/key vector: key.shape[-1] = 64 (Cell 3 gives d_k)",
+   reproduce=lambda inp: [_raw(inp) / math.sqrt(6), _raw(inp) / 6],
+   shows="Q Kᵀ/√6 (or Q Kᵀ/6)")
+_m("softmax_in_scores", "attention_scores",
+   "softmax applied in the scores step",
+   "the 'scores' are already softmax weights (maybe divided by √d_k after the softmax): "
+   "the softmax belongs to Cell 6",
+   "in Cell 5 compute only query @ key.transpose(-2, -1) / math.sqrt(d_k)",
+   reproduce=lambda inp: [_softmax(_raw(inp)) / 8, _softmax(_raw(inp) / 8),
+                          _softmax(_raw(inp))],
+   shows="softmax(Q Kᵀ)/√d_k or softmax(Q Kᵀ/√d_k)")
+_m("elementwise_scores", "attention_scores",
+   "an elementwise product instead of a matrix product",
+   "* multiplies entries, it does not take dot products between tokens: the result "
+   "has the shape of query, [1, 6, 64] (or [1, 6] once summed over the features: token "
+   "i with token i only), not [1, 6, 6]",
+   "use the matrix product @ with key transposed: query @ key.transpose(-2, -1)",
+   reproduce=lambda inp: [inp["query"] * inp["key"] / 8, inp["query"] * inp["key"],
+                          (inp["query"] * inp["key"]).sum(-1) / 8],
+   shows="query * key (/√d_k), or its sum over the features")
+
+# Cell 6 — the softmax function (probed) and the weights.
+_m("uses_builtin_softmax", "softmax", "the softmax calls a built-in softmax",
+   "your function calls torch.softmax, F.softmax, Tensor.softmax or log_softmax: the "
+   "task is to build it from torch.exp",
+   "write it yourself: subtract the row max, torch.exp, divide by the row sums",
+   kind="builtin")
+_m("weights_not_from_your_softmax", "attention_weights",
+   "the weights come from a built-in softmax, not from yours",
+   "the line that makes attention_weights calls torch.softmax (or F.softmax) instead of "
+   "the softmax you wrote above it",
+   "call your own function: attention_weights = softmax(attention_scores, dim=-1)",
+   kind="builtin_weights", cost=HALF)
+_m("softmax_shadowed", "softmax", "`softmax` was overwritten by a tensor",
+   "a line such as softmax = softmax(attention_scores) replaced your function by its "
+   "result, so the name softmax no longer refers to a function",
+   "name the result attention_weights, then run Cell 6 again (the def first)",
+   kind="shadowed")
+_m("mutates_input", "softmax", "the softmax changes its input in place",
+   "after the call the input tensor holds different values (an in-place op such as "
+   "x -= ... or x.exp_()), so attention_scores gets overwritten",
+   "build new tensors instead: shifted = x - x_max", kind="mutated")
+_m("shift_not_max", "softmax", "a shift by the row's minimum or mean, not its maximum",
+   "subtracting each row's minimum (or mean) keeps the result mathematically, but leaves "
+   "exponents far above 0: a row with a large spread still overflows to inf (inf/inf = "
+   "NaN), and a row holding -inf shifts everything to NaN",
+   "subtract each row's maximum instead: x.amax(dim=dim, keepdim=True), so that every "
+   "exponent is <= 0",
+   fns=_fns(lambda x, d: np.exp(x - x.min(axis=d, keepdims=True))
+            / _sum(np.exp(x - x.min(axis=d, keepdims=True)), d),
+            lambda x, d: np.exp(x - x.mean(axis=d, keepdims=True))
+            / _sum(np.exp(x - x.mean(axis=d, keepdims=True)), d)))
+_m("no_max_subtraction", "softmax", "softmax without max-subtraction",
+   "exp of a large logit overflows to inf and inf/inf gives NaN",
+   "subtract each row's maximum (x.amax(dim=dim, keepdim=True)) before torch.exp: "
+   "every exponent is then <= 0",
+   fns=_fns(lambda x, d: np.exp(x) / _sum(np.exp(x), d)))
+_m("global_max_subtraction", "softmax", "the global maximum subtracted instead of each row's",
+   "x - x.max() shifts every row by the largest entry of the whole tensor: a row far below "
+   "it underflows to exp(...) = 0 and gives 0/0 = NaN",
+   "subtract each row's own maximum: x.amax(dim=dim, keepdim=True)",
+   fns=_fns(lambda x, d: np.exp(x - x.max()) / _sum(np.exp(x - x.max()), d)))
+_m("ignores_dim", "softmax", "the softmax ignores its dim argument",
+   "it normalises over a fixed axis whatever dim it is given",
+   "use dim in every reduction: x.amax(dim=dim, keepdim=True), exps.sum(dim=dim, "
+   "keepdim=True)",
+   fns=_fns(*(lambda x, d, a=a: _softmax(x, a) for a in (-1, -2, 0))), in_weights=False)
+_m("keepdim_missing", "softmax", "keepdim=True missing in a reduction",
+   "without keepdim the row maxima or sums lose their axis and broadcast against the "
+   "wrong one: on a square matrix such as [1, 6, 6] that silently subtracts or divides "
+   "by the columns' values",
+   "pass keepdim=True to amax/max and to sum, so the shapes line up row by row",
+   fns=_fns(lambda x, d: np.exp(x - x.max(axis=d)) / _sum(np.exp(x - x.max(axis=d)), d),
+            lambda x, d: np.exp(x - x.max(axis=d)) / np.exp(x - x.max(axis=d)).sum(axis=d),
+            lambda x, d: _exp_shift(x, d) / _exp_shift(x, d).sum(axis=d),
+            lambda x, d: _exp_shift(x, d) / np.where(_exp_shift(x, d).sum(axis=d) == 0, 1,
+                                                     _exp_shift(x, d).sum(axis=d))))
+
+
+def _max_sum(x, a, b):
+    e = np.exp(x - _row_max(x, a))
+    return e / _sum(e, b)
+
+
+_m("max_and_sum_axes_differ", "softmax", "max over one axis and sum over another",
+   "the maximum and the sum are taken over different axes (one of them fixed, not dim)",
+   "take both over the same axis, dim: x.amax(dim=dim, keepdim=True) and "
+   "exps.sum(dim=dim, keepdim=True)",
+   fns=_fns(lambda x, d: _max_sum(x, _other_axis(x, d), d),
+            lambda x, d: _max_sum(x, d, _other_axis(x, d)),
+            lambda x, d: _max_sum(x, -1, d), lambda x, d: _max_sum(x, d, -1)))
+_m("whole_tensor_softmax", "softmax", "normalised over the whole tensor",
+   "the sum runs over every entry, not along dim: all the weights together sum to 1, "
+   "each row far less",
+   "sum along dim only: exps.sum(dim=dim, keepdim=True)",
+   fns=_fns(lambda x, d: np.exp(x - x.max()) / np.exp(x - x.max()).sum(),
+            lambda x, d: _exp_shift(x, d) / _exp_shift(x, d).sum()))
+_m("exp_without_normalising", "softmax", "exp without normalising",
+   "the weights equal exp(scores) (maybe shifted by the row max) but rows do not sum to 1",
+   "divide each row by its sum: exps / exps.sum(dim=dim, keepdim=True)",
+   fns=_fns(lambda x, d: np.exp(x), _exp_shift))
+_m("normalising_without_exp", "softmax", "normalising without exp",
+   "the weights equal scores / scores.sum(): negative scores give negative 'weights'",
+   "exponentiate first (after subtracting the row max), then normalise",
+   fns=_fns(lambda x, d: x / _sum(x, d),
+            lambda x, d: (x - _row_max(x, d)) / _sum(x - _row_max(x, d), d)))
+_m("log_softmax", "softmax", "a log-softmax instead of the softmax",
+   "the weights are the logarithms of the right ones (all <= 0): x - max - log(sum exp)",
+   "return the exponentials divided by their sum, not their logarithm",
+   fns=_fns(lambda x, d: x - _row_max(x, d) - np.log(_sum(_exp_shift(x, d), d))))
+_m("non_exp_map", "softmax", "another map instead of exp",
+   "the weights come from ReLU, a sigmoid, a square or an absolute value instead of "
+   "exp: they are not the softmax, and some keys get weight 0 or the wrong order",
+   "use torch.exp on the shifted scores, then divide by the row sums",
+   fns=_fns(_relu_norm, _sigmoid, _sigmoid_norm, _square_norm, _abs_norm))
+_m("negated_scores", "softmax", "the scores were negated",
+   "the weights equal softmax(-x): the largest score gets the smallest weight",
+   "exponentiate x - max, not max - x or -x",
+   fns=_fns(lambda x, d: _plain(-x, d)))
+_m("softmax_twice", "softmax", "softmax applied twice",
+   "the weights equal softmax(softmax(x)): far too flat, every weight close to uniform",
+   "apply the softmax once",
+   fns=_fns(lambda x, d: _softmax(_softmax(x, d), d)))
+_m("fully_masked_row", "softmax", "a row that is entirely -inf does not give zeros",
+   "for a query whose keys are all masked, the max is -inf and -inf - (-inf) is NaN: "
+   "such a query attends to nothing and its weights must be zeros",
+   "where the row max is -inf subtract 0 instead (torch.where), and divide by 1 where a "
+   "row sums to 0",
+   fns=_fns(_unguarded), cost=HALF)
+_m("finite_mask_value", "softmax", "a finite stand-in for -inf",
+   "-inf was replaced by a large finite number such as -1e9, so a row that is entirely "
+   "masked gets uniform weights instead of zeros",
+   "keep -inf as it is; handle an all -inf row with torch.where (max -> 0, sum 0 -> 1)",
+   fns=_fns(lambda x, d: _plain(np.where(np.isinf(x), np.float32(-1e9), x), d)), cost=HALF)
+_m("softmax_wrong_axis", "attention_weights", "softmax over the wrong axis",
+   "the softmax ran over the queries (dim=1/-2) or the batch axis (dim=0) instead of "
+   "the keys: each query's weights over the keys must sum to 1",
+   "normalise over the last axis, dim=-1 (the keys)",
+   reproduce=lambda inp: [_softmax(inp["attention_scores"], -2),
+                          _softmax(inp["attention_scores"], 0)])
+_m("weights_transposed_in_cell6", "attention_weights", "the weights are transposed",
+   "the weights equal softmax(scores) transposed: rows are keys, columns queries",
+   "keep softmax(attention_scores, dim=-1) as it is, without .transpose or .T",
+   reproduce=lambda inp: _swap(_softmax(inp["attention_scores"])),
+   shows="softmax(scores)ᵀ")
+_m("scaling_after_softmax", "attention_weights", "scaled after the softmax",
+   "the weights equal softmax(scores)/√d_k, so rows sum to 1/8, not 1",
+   "scale the scores in Cell 5, before the softmax; the weights themselves are not scaled",
+   reproduce=lambda inp: _softmax(inp["attention_scores"]) / 8)
+_m("scores_scaled_again", "attention_weights", "the scores scaled again in Cell 6",
+   "the weights equal softmax(scores/√d_k): the scores from Cell 5 are already scaled, "
+   "dividing again makes the weights too flat",
+   "apply the softmax to attention_scores as they are",
+   reproduce=lambda inp: _softmax(inp["attention_scores"] / 8),
+   shows="softmax(attention_scores / 8)")
+_m("unscaled_scores_used", "attention_weights", "the unscaled product used in Cell 6",
+   "the weights equal softmax(Q Kᵀ): the product was recomputed without the 1/√d_k "
+   "from Cell 5",
+   "apply the softmax to attention_scores from Cell 5",
+   reproduce=lambda inp: _softmax(inp["attention_scores"] * 8),
+   shows="softmax(Q Kᵀ), without 1/√d_k")
+_m("softmax_not_applied", "attention_weights", "the softmax was not applied",
+   "the weights equal the scores unchanged",
+   "apply your softmax: attention_weights = softmax(attention_scores, dim=-1)",
+   reproduce=lambda inp: inp["attention_scores"], shows="attention_scores unchanged")
+
+# Cell 7 — values.
+_m("weights_transposed", "attended_values", "the weights are transposed in the aggregation",
+   "the output equals attention_weightsᵀ @ value: each output row mixes values with "
+   "a column of weights instead of its own row",
+   "compute attention_weights @ value without transposing",
+   reproduce=lambda inp: _swap(inp["attention_weights"]) @ inp["value"],
+   shows="attention_weightsᵀ @ value")
+_m("scores_instead_of_weights", "attended_values",
+   "the scores were used instead of the weights",
+   "the output equals attention_scores @ value: the softmax output was skipped",
+   "use attention_weights @ value",
+   reproduce=lambda inp: inp["attention_scores"] @ inp["value"],
+   shows="attention_scores @ value")
+_m("query_instead_of_value", "attended_values", "the query was used instead of the value",
+   "the output equals attention_weights @ query", "use attention_weights @ value",
+   reproduce=lambda inp: inp["attention_weights"] @ inp["query"],
+   shows="attention_weights @ query")
+_m("key_instead_of_value", "attended_values", "the key was used instead of the value",
+   "the output equals attention_weights @ key", "use attention_weights @ value",
+   reproduce=lambda inp: inp["attention_weights"] @ inp["key"],
+   shows="attention_weights @ key")
+_m("embeddings_instead_of_value", "attended_values", "the embeddings x used as the values",
+   "the output equals attention_weights @ x: the values are v_proj(x), not x",
+   "use value from Cell 4: attention_weights @ value",
+   reproduce=lambda inp: inp["attention_weights"] @ inp["x"],
+   shows="attention_weights @ x")
+_m("values_not_weighted", "attended_values", "the values were not weighted",
+   "the output equals value itself: the attention weights were never applied",
+   "multiply: attention_weights @ value", reproduce=lambda inp: inp["value"],
+   shows="value itself")
+_m("output_scaled", "attended_values", "the output was scaled by 1/√d_k",
+   "the output is 1/8 of attention_weights @ value: the scaling belongs to the scores "
+   "(Cell 5) only",
+   "drop the division: attended_values = attention_weights @ value",
+   factor=1 / math.sqrt(D_K))
+_m("mean_instead_of_sum", "attended_values", "a mean over the keys instead of a sum",
+   "the output is 1/6 of attention_weights @ value: the weighted values were averaged "
+   "(.mean) over the 6 keys; the weights already sum to 1, so add them up",
+   "use .sum over the key axis, or simply attention_weights @ value",
+   factor=1 / 6)
+_m("values_first", "attended_values", "the values on the left of the product",
+   "the output has shape [1, 64, 6]: value was transposed and put first (Vᵀ Wᵀ or Vᵀ W)",
+   "put the weights first: attention_weights @ value gives [1, 6, 64]",
+   reproduce=lambda inp: [_swap(inp["value"]) @ _swap(inp["attention_weights"]),
+                          _swap(inp["value"]) @ inp["attention_weights"]],
+   shows="valueᵀ @ attention_weightsᵀ, shape [1, 64, 6]")
+
+# Any step: facts, shapes, dtypes and errors.
+_m("lost_batch_dimension", "any", "the batch dimension was lost",
+   "the values are right but the leading batch axis of size 1 is gone "
+   "(a .squeeze(), [0] or 2-D operation)",
+   "keep the shape [1, ...]: use batched ops such as key.transpose(-2, -1), not .T or [0]",
+   kind="lost_batch", cost=HALF)
+_m("wrong_dtype", "any", "the dtype was changed in this cell",
+   "the values are right but this cell changed the dtype of its inputs (for example "
+   ".double(), NumPy float64, or torch.tensor(..., dtype=torch.float64))",
+   "keep the dtype of the tensors you start from (float32 here): drop the conversion, or "
+   "call .float()", kind="dtype", cost=HALF)
+_m("not_a_tensor", "any", "a NumPy array instead of a torch tensor",
+   "the values are right but the result is a NumPy array: the lesson works in torch "
+   "(and autograd cannot follow a NumPy array)",
+   "stay in torch: no .numpy(); use torch operations (torch.exp, @, .transpose)",
+   kind="not_a_tensor", cost=HALF)
+_m("imprecise", "any", "close, but not to float32 precision",
+   "the values agree to about 4 digits but not to float32 precision: a rounded constant "
+   "(such as 7.99 for √64) or a lower-precision step",
+   "use math.sqrt(d_k) and keep the tensors in float32", kind="imprecise", cost=HALF,
+   strict_only=True)
+_m("nan_or_inf", "any", "NaN or inf in the result",
+   "an overflow (exp of a large number) or a division by zero",
+   "look for torch.exp without max-subtraction or a division by a sum that can be 0",
+   kind="nan")
+_m("constant_output", "any", "every entry is the same number",
+   "the tensor is constant (for example all zeros or torch.ones): it does not depend on "
+   "the inputs, and a constant gives the same result for every formula",
+   "compute it from the tensors of the cells before, following the formula above",
+   kind="constant")
+_m("function_not_called", "any", "the name holds a function, not its result",
+   "a function was assigned without calling it (no parentheses), so the name holds the "
+   "function itself",
+   "call it with its inputs, as in attention_weights = softmax(attention_scores)",
+   kind="function")
+_m("bad_type", "any", "not a tensor of real numbers",
+   "the result is not a dense torch tensor of real floating-point numbers (a list, a "
+   "string, a complex, sparse or integer tensor, ...)",
+   "keep the result of the torch operations as it is: a float tensor (no .tolist(), str(), "
+   ".to_sparse() or complex numbers)", kind="bad_type")
+_m("bad_output", "softmax", "the softmax returns the wrong kind of result",
+   "for a float tensor x it must return a real, dense float tensor of x's shape",
+   "return exps / sums: a torch tensor shaped like x (keepdim=True in the reductions)",
+   kind="bad_output")
+_m("axes_permuted", "any", "the axes are in the wrong order",
+   "the values are right but the axes are permuted: `.T` on a 3-D tensor reverses every "
+   "axis ([1, 6, 64] becomes [64, 6, 1]), and a permute or transpose of the wrong axes "
+   "reorders them",
+   "keep the result's axes as the formula gives them; to swap the last two axes only, "
+   "use .transpose(-2, -1)", kind="permuted")
+_m("scalar_multiple", "any", "a constant factor off",
+   "the result is a constant multiple of the right one: a scaling that should not be "
+   "there, or a wrong constant",
+   "find where the result is multiplied or divided by a number and compare with the "
+   "formula above", kind="factor")
+# Errors, recognised from the exception and the line that raised it.
+# What torch says when the shapes of a matrix product (or of nn.Linear's input) do not fit.
+_MATMUL_ERROR = (r"cannot be multiplied|size for first two dimensions|mat1 and mat2|"
+                 r"matmul: Input operand|Expected size for first")
+_FIX_EARLIER = "fix the earlier cell as its check says, run it again, then run this cell"
+_m("transposed_layer_input", "projections", "the layer's input was transposed",
+   "nn.Linear acts on the last axis, which must be the 64 features: x is already "
+   "[1, 6, 64] (batch, tokens, features), and x transposed to [1, 64, 6] puts the 6 "
+   "tokens there",
+   "pass x as it is: query = q_proj(x) (the transpose belongs to the key, in Cell 5)",
+   error=_MATMUL_ERROR,
+   line=r"_proj\(\s*x\s*\.\s*(transpose\(|mT\b|permute\(|swapaxes\()",
+   example=("RuntimeError: mat1 and mat2 shapes cannot be multiplied (64x6 and 64x64)",
+            "query = q_proj(x.transpose(-2, -1))"))
+_m("dot_T_on_3d", "any", ".T on a 3-D tensor",
+   "`.T` reverses every axis, so a [1, 6, 64] tensor becomes [64, 6, 1] and the product "
+   "fails or mixes tokens with features",
+   "swap only the last two axes: key.transpose(-2, -1) (or key.mT)",
+   error=r".", line=r"\.T\b",
+   example=("RuntimeError: mat1 and mat2 shapes cannot be multiplied (384x1 and 64x64)",
+            "query = q_proj(x.T)"))
+_m("mixed_dtypes", "any", "float64 mixed with float32",
+   "a product of a float64 tensor with a float32 one raises 'expected ... same dtype'",
+   "keep every tensor in float32: drop .double() and torch.float64, or call .float()",
+   error=r"same dtype|expected scalar type|dtype.*(Double|Float)|(Double|Float).*dtype",
+   example=("RuntimeError: expected m1 and m2 to have the same dtype, but got: double != "
+            "float", "attention_scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)"))
+_m("values_before_weights", "attended_values", "the product is the wrong way round",
+   "value @ attention_weights multiplies [1, 6, 64] by [1, 6, 6]: the shapes do not fit, "
+   "because the weights come first (each row of weights mixes the rows of value)",
+   "swap the operands: attended_values = attention_weights @ value",
+   error=_MATMUL_ERROR,
+   line=r"\bvalue(\.\w+\(\))?\s*@\s*attention_weights\b|"
+        r"(matmul|bmm)\(\s*value\s*,\s*attention_weights\b",
+   example=("RuntimeError: Expected size for first two dimensions of batch2 tensor to be: "
+            "[1, 64] but got: [1, 6].", "attended_values = value @ attention_weights"))
+_m("matmul_shapes", "any", "the shapes of a matrix product do not fit",
+   "in A @ B the last axis of A must equal the second-to-last of B ([1, 6, 64] @ "
+   "[1, 64, 6] works; [1, 6, 64] @ [1, 6, 64] does not)",
+   "print the shapes of both operands and transpose the one that is lying down",
+   error=_MATMUL_ERROR,
+   example=("RuntimeError: Expected size for first two dimensions of batch2 tensor to be: "
+            "[6, 64] but got: [6, 1].", "attention_scores = query @ key.transpose(0, 1)"))
+_m("max_returns_tuple", "any", "torch.max(dim=...) returns values and indices",
+   "x.max(dim=...) returns a (values, indices) pair, not a tensor",
+   "use x.amax(dim=dim, keepdim=True), or x.max(dim=dim, keepdim=True).values",
+   error=r"return_types\.max|return_types",
+   example=("TypeError: unsupported operand type(s) for -: 'Tensor' and "
+            "'torch.return_types.max'", "exps = torch.exp(x - x_max)"))
+_m("dim_not_accepted", "any", "the softmax does not take dim",
+   "softmax(x, dim=...) raised: the function has no dim parameter (or names it "
+   "differently)",
+   "define it as def softmax(x, dim=-1): and use dim in its reductions",
+   error=r"unexpected keyword argument 'dim'|takes 1 positional argument",
+   example=("TypeError: softmax() got an unexpected keyword argument 'dim'",
+            "attention_weights = softmax(attention_scores, dim=-1)"))
+_m("sqrt_of_an_int", "any", "torch.sqrt of a Python number",
+   "torch.sqrt needs a tensor; d_k is a Python int",
+   "use math.sqrt(d_k) (or d_k ** 0.5)", error=r"sqrt\(\): argument",
+   example=("TypeError: sqrt(): argument 'input' (position 1) must be Tensor, not int",
+            "attention_scores = raw_scores / torch.sqrt(d_k)"))
+_m("numpy_of_grad_tensor", "any", ".numpy() on a tensor that requires grad",
+   "a tensor in the autograd graph cannot become a NumPy array",
+   "stay in torch (torch.exp, @, .sum); no .numpy() is needed", error=r"numpy\(\)",
+   example=("RuntimeError: Can't call numpy() on Tensor that requires grad. Use "
+            "tensor.detach().numpy() instead.", "return (exps / totals).numpy()"))
+_m("used_before_computed", "any", "a tensor from an earlier cell is None",
+   "an operation got None: a cell before this one has not produced its tensor yet",
+   "run the cells above in order and fix the first one whose check fails",
+   error=r"NoneType",
+   example=("TypeError: unsupported operand type(s) for @: 'NoneType' and 'Tensor'",
+            "attended_values = attention_weights @ value"))
+_m("degenerate_upstream", "any", "built on degenerate tensors from an earlier cell",
+   "your code follows the formula, but a tensor it uses is degenerate (constant, such as "
+   "weights that are all 1 from a softmax over dim=0): every formula gives the same "
+   "result on it, so this step cannot earn its points on it",
+   _FIX_EARLIER,
+   kind="degenerate")
+_m("upstream_slip", "any", "a slip in an earlier cell stopped this one",
+   "this cell's code raised on a tensor from an earlier cell that is of the wrong kind or "
+   "dtype (a NumPy array, a tuple, float64); the slip was charged in the cell that made "
+   "it, but this cell cannot be judged until it runs",
+   _FIX_EARLIER,
+   kind="upstream_slip")
+_m("returned_none", "any", "a function returned None",
+   "every input of this cell is there, yet an operation got None: a function you call "
+   "returns None (a def without `return`), or a name was set to None",
+   "end your function with `return` and the result (for example return exps / sums), "
+   "then run this cell again", kind="returned_none")
+_m("detached_output", "any", "the result does not come from this cell's inputs",
+   "the values are right, but autograd shows the tensor does not depend on an input the "
+   "task names (.detach(), torch.no_grad(), .data, NumPy, rebuilt from numbers, or "
+   "recomputed from other tensors): no gradient could flow back through it",
+   "compute it from this cell's inputs with tensor operations, outside torch.no_grad() "
+   "and without .detach()", kind="detached_output", cost=HALF, strict_only=True)
+_m("backward_fails", "any", "autograd cannot go back through the result",
+   "computing its gradient raised an error: an in-place operation (exp_(), /=, "
+   "masked_fill_) overwrote a tensor autograd had saved for the backward pass, so a model "
+   "could not learn through it",
+   "use operations that make new tensors: e = torch.exp(x - x_max), then e / e.sum(...)",
+   kind="backward", cost=HALF, strict_only=True)
+_m("right_only_here", "any", "right on the lesson's numbers only",
+   "the step is run a second time on other inputs of the same shapes, and there the code "
+   "does not give the formula's result: something in it fits this example only (a clip "
+   "or threshold, a number or tensor typed in from it)",
+   "compute the result from the cell's inputs with the formula alone, with no constant "
+   "taken from this example", kind="variant")
+# Behaviour read off a tensor no entry above reproduces (values and the replay's
+# gradients), tried in this order.
+_m("rounded", "any", "the result was rounded",
+   "every entry is the right one rounded (round, floor, // or a cast to int): the digits "
+   "that were cut off are part of the answer",
+   "drop the rounding: use / (not //) and keep every digit of the result", kind="behaviour")
+_m("weights_masked", "attention_weights", "some weights were masked to 0",
+   "keys whose scores are finite got weight 0 and the rest were renormalised: a causal or "
+   "padding mask, which this lesson's sentence does not use",
+   "apply the softmax to attention_scores as they are, without a mask", kind="behaviour")
+_m("weights_temperature", "attention_weights", "the scores were rescaled before the softmax",
+   "the weights are the softmax of the scores times a number: a temperature, or a second "
+   "scaling (Cell 5 already divided by √d_k)",
+   "apply the softmax to attention_scores as they are: softmax(attention_scores)",
+   kind="behaviour")
+_m("extra_term", "any", "a tensor was added to the result",
+   "the result is the right one plus another tensor (a residual connection, or a leftover "
+   "term): this step computes the formula alone",
+   "remove the extra term and compute exactly the formula of this cell", kind="behaviour")
+_m("extra_nonlinearity", "any", "a nonlinearity was applied",
+   "the result has no negative entries while the right one has: a ReLU, abs or clamp was "
+   "applied, which the formula of this cell does not have",
+   "drop the nonlinearity: this cell is a plain linear formula", kind="behaviour")
+_m("rows_rescaled", "any", "the rows were normalised",
+   "every row was rescaled on its own (to length 1, sum 1, or mean 0 and spread 1): this "
+   "cell's formula does not normalise its result",
+   "remove the normalisation: only Cell 6's softmax normalises, and only the weights",
+   kind="behaviour")
+_m("shifted", "any", "a constant was added to the result",
+   "every entry is the right one times a number plus one constant (label smoothing, an "
+   "offset or a bias): this cell's formula adds nothing",
+   "remove the constant and compute exactly the formula of this cell", kind="behaviour")
+_m("vectors_normalised", "attention_scores", "the query and key vectors were normalised",
+   "each score is the right one divided by a number per query and a number per key: the "
+   "vectors were rescaled (to length 1 for a cosine similarity) before the product",
+   "use query and key as Cell 4 made them: query @ key.transpose(-2, -1) / math.sqrt(d_k)",
+   kind="behaviour")
+_m("same_for_every_query", "any", "every query gets the same result",
+   "the result does not change along the query axis: it was summed, averaged or "
+   "broadcast over the queries (or the tokens)",
+   "keep one row per query (per token): no .sum or .mean over that axis",
+   kind="behaviour")
+_m("wrong_inputs", "any", "the result is computed from the wrong tensors",
+   "autograd shows which tensors the result depends on: it should depend on exactly the "
+   "inputs the task names, and on nothing else",
+   "compute it from the tensors the task names, with the formula above", kind="behaviour")
+_m("after_the_product", "attended_values", "something was applied besides the product",
+   "the result is not a weighted sum of the rows of value: another operation (a layer, a "
+   "nonlinearity, a scaling per feature) changed it",
+   "compute attended_values = attention_weights @ value and nothing more",
+   kind="behaviour")
+_m("values_not_mixed", "attended_values", "each token keeps its own value: nothing is mixed",
+   "every output row is that token's own value row times a number: the sum ran over the "
+   "queries instead of the keys, or the weights were reduced to one number per token",
+   "mix all value rows with each query's weights: attention_weights @ value sums over the "
+   "keys", kind="behaviour")
+_m("weights_changed", "attended_values", "the weights were changed before the product",
+   "the result mixes the rows of value, but not with attention_weights as Cell 6 made them "
+   "(a second softmax, a recomputation, a transpose or a rescaling)",
+   "use attention_weights exactly as they are: attention_weights @ value",
+   kind="behaviour")
+_m("bias_misused", "projections", "the bias is not added exactly once",
+   "the gradient with respect to the layer's bias shows it added with another factor "
+   "(subtracted, scaled or repeated)",
+   "call the layer itself: query = q_proj(x) adds its bias once", kind="behaviour")
+_m("layer_input_not_x", "projections", "the layer was applied to a changed x",
+   "the gradient with respect to the layer's weight shows its input was not x itself (x "
+   "normalised, with positions added, or otherwise changed first)",
+   "pass the embeddings as they are: query = q_proj(x)", kind="behaviour")
+_m("after_the_layer", "projections", "the projection was changed after the layer",
+   "the layer got x and its bias once, but its output was then changed (a nonlinearity, "
+   "a normalisation, another operation)",
+   "keep the layer's output as it is: query = q_proj(x)", kind="behaviour")
+_m("misspelled_name", "any", "the result is stored under another name",
+   "the check reads the lesson's name; a name spelled otherwise is a new variable, so "
+   "the lesson's name still holds None",
+   "assign the result to the lesson's name exactly", kind="misspelled")
+_m("undefined_name", "any", "the cell uses a name it does not define",
+   "each step cell is judged on its own: it sees the set-up (Cells 2-3) and the tensors "
+   "of the steps before it, not names made in other cells (or the name has a typo)",
+   "define that name in this cell, or use the set-up's x, q_proj, k_proj, v_proj, d_k",
+   error=r"NameError: name '\w+' is not defined",
+   example=("NameError: name 'scale' is not defined",
+            "attention_scores = query @ key.transpose(-2, -1) * scale"))
+_m("changes_input", "any", "the cell changes an input in place",
+   "an in-place operation (x /= ..., .mul_(), .data = ...) overwrote a tensor this cell "
+   "was given, so every later use of it sees other numbers",
+   "make new tensors instead of changing one in place: y = x / n, not x /= n",
+   kind="mutated_input",
+   cost=HALF)
+_m("softmax_leaves_autograd", "softmax", "the softmax's output leaves autograd",
+   "the weights no longer depend on the scores in autograd (NumPy inside, torch.no_grad(), "
+   ".detach() or .data), so no gradient reaches the projections: a model could not learn",
+   "keep it in torch: torch.exp(x - x_max) / sums, without NumPy, no_grad or detach",
+   kind="left_autograd")
+_m("softmax_wrong_gradient", "softmax", "the weights' gradient is not the softmax's",
+   "the values are right, but autograd sees another function: part of the computation "
+   "is detached or pasted in from elsewhere",
+   "compute the weights from x with tensor operations only (amax, exp, sum, divide)",
+   kind="gradient")
+_m("custom_autograd", "softmax", "the softmax is a custom autograd Function",
+   "its forward can call anything, including a built-in softmax, and its backward is "
+   "written by hand: the task is to build the softmax from tensor operations",
+   "write it with torch.exp, amax and sum on x, as a plain function", kind="custom_function")
+# Behaviour the probes show, named when no entry above reproduces the softmax on every
+# probe (what the function does, read off its outputs; tried in this order).
+_m("ignores_its_input", "softmax", "the softmax ignores its parameter x",
+   "it returns the same result whatever it is given: it computes from something else, "
+   "such as the global attention_scores, instead of its parameter x",
+   "use the parameter inside the function: every line should work on x", kind="behaviour")
+_m("softmax_mishandles_inf", "softmax", "-inf scores do not get weight 0",
+   "on an input holding -inf (a masked key) it gives NaN or another weight than 0: "
+   "exp(-inf) is 0 by itself, but replacing -inf or subtracting -inf breaks that",
+   "leave -inf alone: shift by the row max (0 for an all -inf row, with torch.where), "
+   "then exp", kind="behaviour")
+_m("softmax_masks_too_much", "softmax", "-inf in one row changes the other rows",
+   "on an input holding -inf, even the slices without any -inf come out wrong: the -inf "
+   "handling reaches beyond its own row (a test over the whole tensor, such as "
+   "torch.isinf(x).any())",
+   "handle -inf slice by slice: torch.where on each row's max (keepdim=True), nothing "
+   "over the whole tensor", kind="behaviour")
+_m("softmax_overflows", "softmax", "the softmax is wrong on large scores",
+   "right on ordinary numbers, but on large scores it gives NaN, inf or other values: "
+   "exp of a large number overflows float32, and clipping or replacing values changes "
+   "the result; shifting each row by its own maximum keeps it exact",
+   "subtract each row's maximum along dim (x.amax(dim=dim, keepdim=True)) before "
+   "torch.exp", kind="behaviour")
+_m("softmax_negative", "softmax", "the softmax gives negative weights",
+   "a weight below 0 cannot come from exp(...) / sum, which is always >= 0",
+   "exponentiate first (torch.exp of the shifted x), then divide by the sums",
+   kind="behaviour")
+_m("softmax_not_normalised", "softmax", "the weights along dim do not sum to 1",
+   "after the division each slice along dim must sum to exactly 1: something was added "
+   "to the sums, the division uses another quantity, or the result is rescaled",
+   "divide exp(x - x_max) by its own sum along dim (keepdim=True), and nothing else",
+   kind="behaviour")
+_m("softmax_not_exp", "softmax", "the weights are not the normalised exp(x)",
+   "the slices sum to 1, but the weights are not exp(x) / sum: another function of x was "
+   "normalised (or x was changed first)",
+   "compute exps = torch.exp(x - x_max), then exps / exps.sum(dim=dim, keepdim=True)",
+   kind="behaviour")
+_m("softmax_last_axis_only", "softmax", "the softmax works only along the last axis",
+   "it is right whenever dim is the last axis, and raises or goes wrong for any other dim: "
+   "a reduction lost its axis and it was put back at the end (unsqueeze(-1)), or the last "
+   "axis is written into the code",
+   "keep each reduction's own axis: x.amax(dim=dim, keepdim=True) and "
+   "exps.sum(dim=dim, keepdim=True)", kind="behaviour")
+_m("softmax_raises", "softmax", "the softmax raised an error",
+   "calling your softmax on the input shown raised an exception",
+   "call softmax on that input yourself and fix the line the error points to",
+   kind="probe_error")
+_m("stub_left", "any", "the cell still holds its stub",
+   "the line raise NotImplementedError(...) is still in the cell, so it stops there",
+   "replace that line with your code, then run the cell", error=r"NotImplementedError",
+   example=("NotImplementedError: Your turn: replace this line with your code",
+            "raise NotImplementedError(\"Your turn: replace this line with your code\")"))
+_m("elementwise_product", "any", "* multiplies entry by entry, not as matrices",
+   "the shapes do not broadcast because * pairs entries one by one; the formula is a "
+   "matrix product, which sums over the shared axis",
+   "use the matrix product @ (torch.matmul) as the formula says",
+   error=r"must match the size of tensor", line=r"[^*]\*[^*=]",
+   example=("RuntimeError: The size of tensor a (6) must match the size of tensor b (64) "
+            "at non-singleton dimension 2", "attended_values = attention_weights * value"))
+_m("cell_raised", "any", "the cell raised an error",
+   "the cell stopped with an exception, so the tensor was not (re)computed",
+   "fix the line the error points to and run the cell again", kind="cell_error")
+_m("not_computed", "any", "not computed yet",
+   "the name still holds None from the set-up cell (or is not defined)",
+   "write your code in the cell above and run it", kind="missing")
+
+#: The catalogue: every mistake the checks can name, in the order they are tried.
+MISTAKES: dict[str, Mistake] = {m.id: m for m in _ENTRIES}
+assert len(MISTAKES) == len(_ENTRIES), "duplicate mistake ids"
+_ERROR_ENTRIES = [m for m in _ENTRIES if m.error]
+
+
+@lru_cache(maxsize=None)
+def _value_entries(step):
+    """Entries recognised from values, for the tensor ``step``, in catalogue order."""
+    out = [m for m in _ENTRIES if m.step == step and (m.reproduce or m.factor or m.kind
+                                                       == "new_layers")]
+    if step == "attention_weights":
+        out += [m for m in _ENTRIES if m.step == "softmax" and m.fns and m.in_weights]
+    return tuple(out)

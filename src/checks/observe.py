@@ -1,0 +1,412 @@
+"""The kernel side: turns a student's live objects into plain data, never raising.
+
+:func:`observe` reads the step's names from a namespace and records NumPy arrays
+of numbers, booleans and strings only: the tensors, facts about them (dtype,
+autograd graph, which parameters made them) and the student's softmax on the
+probes. :func:`export` saves that as ``.npz``. This code runs where the student's
+code runs (the kernel, or the replay's child process); nothing it returns is
+trusted beyond being data.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from src.checks.lesson import CELL_NUMBER, GRADE_CELLS, LIMITS, NAMES, _probes, _shipped, _short
+
+_MISSING = object()
+
+
+class _Budget:
+    """Bytes of array data still allowed in one observation."""
+
+    def __init__(self, total=None):
+        self.left = total or LIMITS["total_bytes"]
+
+    def take(self, nbytes):
+        if nbytes > LIMITS["array_bytes"] or nbytes > self.left:
+            return False
+        self.left -= nbytes
+        return True
+
+
+def _text(value, limit=None):
+    return np.array(_short(value, limit))
+
+
+def _str_list(values, limit=80):
+    values = [_short(v, limit) for v in list(values)[: LIMITS["names"]]]
+    return np.array(values, dtype=str) if values else np.zeros(0, dtype="<U1")
+
+
+def _raised(error, line):
+    """[error, line] of a raised exception: the error's text long enough to hold what it
+    names (torch.return_types.max ...), the line short."""
+    return np.array([_short(error, LIMITS["error"]), _short(line, 80)], dtype=str)
+
+
+def _torch_if_loaded():
+    return sys.modules.get("torch")
+
+
+def _shipped_labels():
+    """(label, float32 array) of every parameter of q_proj, k_proj, v_proj."""
+    s = _shipped()
+    return [(f"{n}_proj.{part}", s[f"{'w' if part == 'weight' else 'b'}_{n}"])
+            for n in "qkv" for part in ("weight", "bias")]
+
+
+def _label_leaf(leaf):
+    try:
+        arr = leaf.detach().cpu().float().numpy()
+    except Exception:  # noqa: BLE001
+        return "other"
+    for label, want in _shipped_labels():
+        if arr.shape == want.shape and np.array_equal(arr, want):
+            return label
+    return f"other {list(arr.shape)}"
+
+
+def _made_by(t):
+    """Labels of the parameters (leaves that require grad) in ``t``'s autograd graph."""
+    labels = set()
+    if t.grad_fn is None:
+        if t.requires_grad:
+            labels.add(_label_leaf(t))
+        return sorted(labels)
+    seen, stack = set(), [t.grad_fn]
+    while stack and len(seen) < LIMITS["graph_nodes"]:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        var = getattr(node, "variable", None)
+        if var is not None:
+            labels.add(_label_leaf(var))
+        for nxt, _ in getattr(node, "next_functions", ()) or ():
+            stack.append(nxt)
+    return sorted(labels)
+
+
+#: The string facts of an observed object, in the order of its ``.info`` array.
+INFO_FIELDS = ("kind", "type", "dtype", "layout", "device", "requires_grad", "grad_fn",
+               "note")
+
+
+def _observe_object(prefix, obj, budget, out):
+    """Write facts about ``obj`` (and its values, when allowed) under ``prefix.``."""
+    info = dict.fromkeys(INFO_FIELDS, "")
+    try:
+        info["type"] = type(obj).__name__
+        torch = _torch_if_loaded()
+        if obj is _MISSING:
+            info["kind"] = "missing"
+        elif obj is None:
+            info["kind"] = "none"
+        elif torch is not None and isinstance(obj, torch.Tensor):
+            info["kind"] = "tensor"
+            _observe_tensor(prefix, obj, torch, budget, out, info)
+        elif isinstance(obj, np.ndarray):
+            info.update(kind="ndarray", dtype=str(obj.dtype), layout="strided", device="cpu")
+            if obj.dtype.kind in "biufc" and budget.take(obj.nbytes):
+                out[f"{prefix}.values"] = np.array(obj, copy=True)
+            else:
+                out[f"{prefix}.shape"] = np.array(obj.shape, dtype=np.int64)
+                info["note"] = (f"its dtype is {obj.dtype}" if obj.dtype.kind not in "biufc"
+                                else "too large to record")
+        elif callable(obj):
+            info["kind"] = "function"
+        else:
+            info["kind"] = "other"
+    except BaseException as exc:  # noqa: BLE001  (nothing a student does may break this)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        info.update(kind="other", note=f"could not be inspected ({type(exc).__name__})")
+    out[f"{prefix}.info"] = _str_list(info[k] for k in INFO_FIELDS)
+
+
+def _observe_tensor(prefix, obj, torch, budget, out, info):
+    with torch._C.DisableTorchFunctionSubclass():
+        t = obj.detach() if obj.requires_grad or obj.grad_fn is not None else obj
+        info.update(dtype=str(obj.dtype).removeprefix("torch."),
+                    layout=str(obj.layout).removeprefix("torch."), device=obj.device.type,
+                    requires_grad="True" if obj.requires_grad else "",
+                    grad_fn=type(obj.grad_fn).__name__ if obj.grad_fn else "")
+        out[f"{prefix}.shape"] = np.array(tuple(obj.shape), dtype=np.int64)
+        if obj.requires_grad:  # (absent: no parameters)
+            out[f"{prefix}.made_by"] = _str_list(_made_by(obj))
+        if obj.device.type == "meta":
+            info["note"] = "a meta tensor holds no values"
+            return
+        if not budget.take(obj.numel() * obj.element_size()):
+            info["note"] = "too large to record"
+            return
+        if obj.layout != torch.strided:
+            t = t.to_dense()
+        t = t.cpu().resolve_conj().resolve_neg()
+        if t.dtype in (torch.bfloat16,) or (t.is_floating_point() and t.element_size() == 1):
+            t = t.float()
+        try:
+            arr = t.numpy()
+        except Exception as exc:  # noqa: BLE001  (quantized and other exotic dtypes)
+            info["note"] = f"could not be read as numbers ({_short(exc, 80)})"
+            return
+        out[f"{prefix}.values"] = np.array(arr, copy=True)
+        del out[f"{prefix}.shape"]  # the values carry it
+
+
+def _func_label(func):
+    name = getattr(func, "__name__", "") or ""
+    qual = getattr(func, "__qualname__", "") or ""
+    module = getattr(func, "__module__", "") or ""
+    if module == "torch.nn.functional":
+        return f"F.{name}"
+    if qual.startswith(("TensorBase.", "Tensor.")):
+        return f"Tensor.{name}"
+    if name.startswith("special_"):
+        return f"torch.special.{name[len('special_'):]}"
+    return f"torch.{name}"
+
+
+#: Torch functions a student's softmax may not call (recognised by their name).
+BUILTIN_SOFTMAX = ("softmax", "log_softmax", "softmin", "_softmax", "_log_softmax")
+
+
+def _where_raised(exc, code=None):
+    """The student's line that raised ``exc`` (the innermost frame in ``code``'s
+    file when given, else the innermost frame outside torch and verify)."""
+    import traceback
+
+    try:
+        if isinstance(exc, SyntaxError):
+            return _short(exc.text or "", LIMITS["line"])
+        frames = traceback.extract_tb(exc.__traceback__)
+        want = getattr(code, "co_filename", None)
+        mine = [f for f in frames if (f.filename == want if want else
+                                      "site-packages" not in f.filename
+                                      and not f.filename.endswith("verify.py"))]
+        return _short((mine[-1].line or "") if mine else "", LIMITS["line"])
+    except Exception:  # noqa: BLE001
+        return ""
+
+
+def _error_text(exc):
+    if isinstance(exc, SyntaxError):  # without the cell's temporary file name
+        return _short(f"{type(exc).__name__}: {exc.msg} (line {exc.lineno})")
+    return _short(f"{type(exc).__name__}: {exc}")
+
+
+def _observe_softmax(fn, budget, out):
+    """Call the student's softmax on every probe; record outputs, errors and facts."""
+    import torch
+
+    code = getattr(fn, "__code__", None)
+    calls = set()
+    # The probes are tiny: intra-op threads only add their wake-ups, which on a loaded
+    # machine made each torch op 100x slower (measured). Restored below.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _probe_all(fn, torch, code, calls, budget, out)
+    finally:
+        torch.set_num_threads(threads)
+    # the built-in softmaxes first, so that the cap on names never drops them
+    out["softmax.calls"] = _str_list(sorted(calls, key=lambda c: (
+        c.split(".")[-1] not in BUILTIN_SOFTMAX, c)))
+
+
+def _probe_all(fn, torch, code, calls, budget, out):
+    """softmax(x, dim=...) on each probe: its output or error, whether x changed, its calls."""
+    import contextlib
+    import io
+    import warnings
+
+    for i, probe in enumerate(_probes()):
+        key = f"softmax.p{i}."
+        # Like the lesson's scores: float32, requiring grad, made by a division. Nothing is
+        # recorded while it runs: what it called is read off its output's graph afterwards.
+        x = torch.from_numpy(probe.x.copy()).requires_grad_() / 1.0
+        before = x.detach().clone()
+        result, error, line = _MISSING, "", ""
+        sink = io.StringIO()
+        try:
+            with warnings.catch_warnings(), contextlib.redirect_stdout(sink), \
+                    contextlib.redirect_stderr(sink):
+                warnings.simplefilter("ignore")
+                result = fn(x, dim=probe.dim)
+        except BaseException as exc:  # noqa: BLE001
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            error, line = _error_text(exc), _where_raised(exc, code)
+        try:
+            mutated = not (x.shape == before.shape and x.dtype == before.dtype
+                           and bool(torch.equal(x.detach(), before)))
+        except Exception:  # noqa: BLE001
+            mutated = True
+        if error:  # (absent: it returned; a missing "mutated" is False)
+            out[key + "raised"] = _raised(error, line)
+        if mutated:
+            out[key + "mutated"] = np.array(True)
+        if type(result) is torch.Tensor and not result.requires_grad:  # left autograd
+            out[key + "detached"] = np.array(True)
+        calls.update(_graph_calls(result, torch))
+        if not error:
+            _observe_object(key + "out", result, budget, out)
+
+
+def _graph_calls(result, torch, limit=256):
+    """Labels of the built-in softmaxes in ``result``'s autograd graph."""
+    found = set()
+    try:
+        if type(result) is not torch.Tensor or result.grad_fn is None:
+            return found
+        seen, stack = set(), [result.grad_fn]
+        while stack and len(seen) < limit:
+            node = stack.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            label = _NODE_LABELS.get(type(node).__name__)
+            if label:
+                found.add(label)
+            stack.extend(n for n, _ in (node.next_functions or ()))
+    except Exception:  # noqa: BLE001  (a student's object)
+        pass
+    return found
+
+
+def _observe_cell(grade_id, out):
+    """Did the student's cell of ``grade_id`` raise when it last ran? (IPython only.)"""
+    try:
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython is not None else None
+        res = getattr(shell, "last_execution_result", None)
+        info = getattr(res, "info", None)
+        source = getattr(info, "raw_cell", "") or ""
+        if not _is_step_cell(grade_id, source):
+            return
+        out["cell.ran"] = np.array(True)  # (absent: another cell ran last)
+        exc = getattr(res, "error_in_exec", None) or getattr(res, "error_before_exec", None)
+        if exc is not None:  # (absent: it did not raise)
+            out["cell.raised"] = _raised(_error_text(exc), _where_raised(exc))
+    except Exception:  # noqa: BLE001
+        return
+
+
+def _is_step_cell(grade_id, source):
+    """Whether ``source`` is the student's cell that ``grade_id`` checks."""
+    number = CELL_NUMBER.get(grade_id)
+    if number is None or not isinstance(source, str):
+        return False
+    if re.search(rf"^#\s*Cell\s+{number}\b", source, re.M):
+        return True
+    names = [n for s in GRADE_CELLS[grade_id] for n in NAMES[s].outputs]
+    pattern = r"^\s*(def\s+(%s)\b|(%s)\s*(,[^=]*)?=[^=])" % ("|".join(names), "|".join(names))
+    return re.search(pattern, source, re.M) is not None
+
+
+def _observe_names(step, objects, budget, out):
+    for name in NAMES[step].all:
+        if f"t.{name}.info" in out or (step == "softmax" and name == "softmax"):
+            continue
+        _observe_object(f"t.{name}", objects.get(name, _MISSING), budget, out)
+    if step == "softmax":
+        fn = objects.get("softmax", _MISSING)
+        _observe_object("softmax", fn, budget, out)
+        if out["softmax.info"][0] == "function":
+            try:
+                _observe_softmax(fn, budget, out)
+            except BaseException as exc:  # noqa: BLE001
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                out["softmax.error"] = _text(f"could not be probed ({_short(exc, 80)})")
+
+
+def _observe_steps(grade_id, steps, objects):
+    out = {"format": np.array(1), "grade_id": _text(grade_id, 80)}
+    budget = _Budget()
+    for step in steps:
+        _observe_names(step, objects, budget, out)
+    _observe_cell(grade_id, out)
+    return out
+
+
+class _Lookup:
+    """A safe view of a namespace: .get never raises."""
+
+    def __init__(self, namespace):
+        self.namespace = namespace
+
+    def get(self, name, default=None):
+        try:
+            return self.namespace[name]
+        except BaseException as exc:  # noqa: BLE001
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return default
+
+
+def observe(grade_id: str, namespace: Mapping) -> dict:
+    """In the kernel: everything the judge of ``grade_id`` needs, as data only.
+
+    Every value is a NumPy array of a numeric, bool or unicode-string dtype,
+    so ``np.savez`` + ``np.load(..., allow_pickle=False)`` round-trips it.
+    Keys (``N`` a tensor name such as ``query``):
+
+    - ``format`` (1), ``grade_id``;
+    - ``t.N.info``: strings in the order of :data:`INFO_FIELDS` -- kind
+      ("missing", "none", "tensor", "ndarray", "function", "other"), type
+      name, dtype name, layout, device, requires_grad ("True" or ""),
+      grad_fn name, and a note (why the values are missing);
+      ``t.N.values`` (its numbers, in its own dtype), else ``t.N.shape``
+      (int64); ``t.N.made_by`` (labels such as "q_proj.weight" of the
+      parameters in its autograd graph; only when it requires grad);
+    - Cell 6: ``softmax.info`` (and the tensor keys if it is one),
+      ``softmax.calls`` (the torch functions called inside it, on any probe),
+      and per probe ``i`` (see ``_probes``): ``softmax.p{i}.out.*`` (what it
+      returned, as above), ``softmax.p{i}.raised`` ([error text, line]; only
+      when it raised) and ``softmax.p{i}.mutated`` (only when True);
+    - ``cell.ran`` (True when the cell the test checks was the last one run;
+      else absent) and ``cell.raised`` ([error text, line]; only when it
+      raised).
+
+    Shape legend: tensors keep their own shapes (normally [1, 6, 64] or
+    [1, 6, 6]). Never raises; an array over 1 MiB is recorded by its facts
+    only, and all of it saved with :func:`export` stays under 4 MiB
+    (``LIMITS``), in well under 256 arrays.
+    """
+    try:
+        steps = list(GRADE_CELLS.get(grade_id, ()))
+    except TypeError:  # an unhashable grade_id
+        steps = []
+    try:
+        return _observe_steps(str(grade_id), steps, _Lookup(namespace))
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return {"format": np.array(1), "grade_id": _text(grade_id, 80),
+                "error": _text(f"observe failed: {_error_text(exc)}")}
+
+
+_SAFE_ID = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def export(grade_id: str, namespace: Mapping, directory) -> Path:
+    """Save :func:`observe` of ``grade_id`` as ``directory/<grade_id>.npz``; return the path.
+
+    ``grade_id`` must be a plain name (letters, digits, ``_``, ``-``): a ValueError
+    otherwise. Shape legend: see :func:`observe`.
+    """
+    if not isinstance(grade_id, str) or not _SAFE_ID.fullmatch(grade_id):
+        raise ValueError(f"grade_id: expected letters, digits, _ or -, got {grade_id!r}")
+    path = Path(directory) / f"{grade_id}.npz"
+    np.savez(path, **observe(grade_id, namespace))
+    return path
+
+#: Autograd nodes of the built-in softmax, as named in messages.
+_NODE_LABELS = {"SoftmaxBackward0": "torch.softmax", "LogSoftmaxBackward0": "torch.log_softmax"}

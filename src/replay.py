@@ -569,22 +569,23 @@ def pack(data: dict) -> bytes:
     return buf.getvalue()
 
 
-def unpack(raw: bytes, cap: int = DATA_BYTES) -> dict:
-    """Arrays from ``pack``'s bytes, as data only (no pickle; size- and count-capped).
-    Raises ValueError with the reason."""
+def unpack(raw: bytes, cap: int = DATA_BYTES, what: str = "the replay's data",
+           max_arrays: int = 512) -> dict:
+    """Arrays from .npz bytes (``pack``'s, or a grading kernel's export), as data only: no
+    pickle, at most ``cap`` bytes (also uncompressed) and ``max_arrays`` arrays. Raises
+    ValueError with the reason, naming ``what``."""
     if len(raw) > cap:
-        raise ValueError(f"the replay's data is {len(raw)} bytes, over the cap of {cap}")
+        raise ValueError(f"{what} is {len(raw)} bytes, over the cap of {cap}")
     try:
         with zipfile.ZipFile(io.BytesIO(raw)) as zf:
             infos = zf.infolist()
-            if len(infos) > 512 or sum(i.file_size for i in infos) > cap:
-                raise ValueError("the replay's data holds too many or too large arrays")
-        with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
-    except ValueError:
-        raise
-    except Exception as exc:  # noqa: BLE001  (anything malformed)
-        raise ValueError(f"the replay's data is not valid ({type(exc).__name__})") from None
+        too_big = len(infos) > max_arrays or sum(i.file_size for i in infos) > cap
+        if not too_big:
+            with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
+                return {k: npz[k] for k in npz.files}
+    except Exception as exc:  # noqa: BLE001  (anything malformed, pickled objects included)
+        raise ValueError(f"{what} is not a valid .npz ({type(exc).__name__})") from None
+    raise ValueError(f"{what} holds too many or too large arrays")
 
 
 def _send(fd, obj):

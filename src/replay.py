@@ -89,9 +89,11 @@ STUDENT_SECONDS = 30.0
 DATA_BYTES = 4 * 2**20
 #: Fixed output gradients for the dependence checks (the judge recomputes them).
 GRAD_SEED = 20261123
-#: The second run of a step cell, on other inputs of the same shapes that the grader
-#: chooses (seeded): code right on the lesson's numbers only (a clip, a result typed in)
-#: is told apart there. Cell 6's weights are left out: its softmax is probed on its own.
+#: The second run of a step cell, as if the sentence were another one: other embeddings
+#: x (seeded, 6 x N(0, 1), so that the scores reach about ±27 where the lesson's stay
+#: within ±0.6) and every earlier tensor made from them. Code right on the lesson's numbers
+#: only (a clip, a result typed in) is told apart there. Cell 6's weights are left out:
+#: its softmax is probed on its own.
 VARIANT_SEED = 20261124
 VARIANT_STEPS = ("cell4_projections", "cell5_scores", "cell7_values")
 
@@ -129,42 +131,22 @@ def reference_names(ns: dict) -> dict:
             "attended_values": weights @ value}
 
 
-def variant_inputs(step: str) -> dict:
-    """{name: float32 array} of the inputs of ``step``'s second run: x [1, 6, 64] (Cell
-    4); query, key [1, 6, 64] with scores spread to about ±25 (Cell 5); rows of weights
-    summing to 1 [1, 6, 6] and value [1, 6, 64] (Cell 7)."""
+def variant_x() -> np.ndarray:
+    """The embeddings [1, 6, 64] (float32) of the second run (VARIANT_SEED)."""
     rng = np.random.default_rng(VARIANT_SEED)
-    if step == "cell4_projections":
-        return {"x": rng.standard_normal((1, 6, 64)).astype(np.float32)}
-    if step == "cell5_scores":
-        return {n: (3 * rng.standard_normal((1, 6, 64))).astype(np.float32)
-                for n in ("query", "key")}
-    if step == "cell7_values":
-        logits = 2 * rng.standard_normal((1, 6, 6))
-        w = np.exp(logits - logits.max(-1, keepdims=True))
-        return {"attention_weights": (w / w.sum(-1, keepdims=True)).astype(np.float32),
-                "value": rng.standard_normal((1, 6, 64)).astype(np.float32)}
-    return {}
+    return (6 * rng.standard_normal((1, 6, 64))).astype(np.float32)
 
 
 def _variant_run(step: str, code, setup: dict) -> dict:
-    """The step cell's code once more, on :func:`variant_inputs`: ``variant.in.<name>``,
-    ``variant.out.<name>`` (its outputs' values) or ``variant.raised``. Never raises."""
-    import torch
-
+    """The step cell's code once more, on :func:`variant_x` and the tensors made from it:
+    ``variant.in.x``, ``variant.out.<name>`` (its outputs' values) or ``variant.raised``.
+    Never raises."""
     import verify
 
     out = {}
     try:
-        made = variant_inputs(step)
-        ns, _ = fresh_namespace(setup, step)
-        for n, a in made.items():
-            out[f"variant.in.{n}"] = a
-            if n == "x":  # in place: example.x is the same tensor
-                with torch.no_grad():
-                    ns["x"].copy_(torch.from_numpy(a.copy()))
-            else:  # like the lesson's: a non-leaf that requires grad
-                ns[n] = torch.from_numpy(a.copy()).requires_grad_() * 1.0
+        out["variant.in.x"] = x = variant_x()
+        ns, _ = fresh_namespace(setup, step, x=x)
         test_id, names = STEPS[step]
         try:
             with _quiet():
@@ -220,14 +202,16 @@ def _no_display(*objs, **kwargs):
     """``display`` during a replay: nothing is shown."""
 
 
-def fresh_namespace(setup: dict, step: str, upstream: dict | None = None
-                    ) -> tuple[dict, dict]:
+def fresh_namespace(setup: dict, step: str, upstream: dict | None = None,
+                    x: np.ndarray | None = None) -> tuple[dict, dict]:
     """(namespace for ``step``'s run, {input name: the object injected}).
 
     Set-up data (tensors, layers, the example) is deep-copied with aliasing kept
     (``example.x is x``); modules and functions are shared. Earlier steps' names
     hold the reference, or ``upstream``'s values (the student's own, as data:
-    see :func:`own_upstream`); this step's and later ones hold None.
+    see :func:`own_upstream`); this step's and later ones hold None. ``x``: other
+    embeddings, written into the copy's x (so into example.x too) before the
+    reference is made from it.
     """
     import torch
 
@@ -237,6 +221,9 @@ def fresh_namespace(setup: dict, step: str, upstream: dict | None = None
     ns = copy.deepcopy(data, memo)
     ns["__builtins__"] = setup.get("__builtins__", __builtins__)
     ns["display"] = _no_display  # in a live kernel, a replay shows nothing
+    if x is not None:
+        with torch.no_grad():
+            ns["x"].copy_(torch.from_numpy(np.array(x, dtype=np.float32)))
     ref = reference_names(ns)
     later = False
     for s, (_, names) in STEPS.items():

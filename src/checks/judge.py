@@ -34,6 +34,7 @@ from src.checks.lesson import (
     SHAPES,
     STRICT_TOL,
     TOL,
+    _chain,
     _close,
     _close_masked,
     _compute,
@@ -475,36 +476,27 @@ def _behaviour(step, name, arr, ctx, view):
     return None, ""
 
 
-#: The inputs of each tensor step's second run (src/replay.py, variant_inputs).
-VARIANT_INPUTS = {"projections": ("x",), "attention_scores": ("query", "key"),
-                  "attended_values": ("attention_weights", "value")}
-
-
 def _variant_verdict(step, name, r):
-    """("right_only_here", what we saw) when the replay's second run, on other inputs of
-    the same shapes, does not give the formula's result; None when it does (or there was
-    none)."""
-    if step not in VARIANT_INPUTS:
+    """("right_only_here", what we saw) when the replay's second run (src/replay.py,
+    VARIANT_STEPS), on other embeddings x and every earlier tensor made from them, does not
+    give the formula's result; None when it does (or there was none)."""
+    x = r.array("variant.in.x")
+    if x is None or x.shape != SHAPES["query"]:
         return None
+    where = "with other embeddings x (chosen by the grader, every earlier tensor made from them)"
     raised = r.strings("variant.raised")
-    ins = {n: r.array(f"variant.in.{n}") for n in VARIANT_INPUTS[step]}
-    if any(a is None for a in ins.values()) and not raised:
-        return None
-    which = _listing(VARIANT_INPUTS[step])
     if raised:
-        return ("right_only_here", f"on other {which} of the same shapes your cell raised "
-                f"{raised[0]}")
+        return "right_only_here", f"{where} your cell raised {raised[0]}."
     got = r.array(f"variant.out.{name}")
     with np.errstate(all="ignore"):
-        want = _compute(step, {**_reference(), **{n: a.astype(np.float64)
-                                                  for n, a in ins.items()}}, name)
-    if got is not None and got.shape == want.shape and _close(got, want):
+        want = _chain(x)[name]
+    if got is not None and got.shape == want.shape and got.dtype.kind == "f" and _close(
+            got.astype(np.float64), want):
         return None
-    how = ("it was not a tensor of the right shape" if got is None or got.shape != want.shape
-           else f"`{name}` differs from the formula by up to "
-                f"{_fmt(float(np.nanmax(np.abs(got - want))))}")
-    return ("right_only_here", f"right on the lesson's numbers, but on other {which} of the "
-            f"same shapes (chosen by the grader) {how}.")
+    how = ("it is not a float tensor of the right shape" if got is None or got.shape !=
+           want.shape or got.dtype.kind != "f" else f"`{name}` differs from the formula by up "
+           f"to {_fmt(float(np.nanmax(np.abs(got.astype(np.float64) - want))))}")
+    return "right_only_here", f"right on the lesson's numbers, but {where} {how}."
 
 
 def _rounded(name, arr, expected):

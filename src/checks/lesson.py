@@ -173,15 +173,22 @@ def _shipped():
 @lru_cache(maxsize=1)
 def _reference():
     """float64 arrays of every step's inputs and outputs, from data/."""
+    ref = _chain(_shipped()["x"])
+    for arr in ref.values():
+        arr.setflags(write=False)
+    return ref
+
+
+def _chain(x):
+    """float64 arrays of every step's inputs and outputs for embeddings ``x`` [1, 6, 64]
+    and the shipped layers: x, w_q, b_q, ..., query, ..., attended_values."""
     a = {k: v.astype(np.float64) for k, v in _shipped().items()}
-    ref = dict(a)
+    ref = dict(a, x=np.asarray(x, dtype=np.float64))
     for name, n in (("query", "q"), ("key", "k"), ("value", "v")):
-        ref[name] = a["x"] @ a[f"w_{n}"].T + a[f"b_{n}"]
+        ref[name] = ref["x"] @ a[f"w_{n}"].T + a[f"b_{n}"]
     ref["attention_scores"] = ref["query"] @ _swap(ref["key"]) / math.sqrt(D_K)
     ref["attention_weights"] = _softmax(ref["attention_scores"])
     ref["attended_values"] = ref["attention_weights"] @ ref["value"]
-    for arr in ref.values():
-        arr.setflags(write=False)
     return ref
 
 

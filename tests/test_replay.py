@@ -112,6 +112,21 @@ def test_an_earlier_step_cell_cannot_fix_a_later_one():
     assert got == FULL | {"cell5_scores_test": 0.0}
 
 
+def test_a_result_typed_in_from_the_lesson_earns_nothing():
+    """Cell 7's numbers typed in from a run of the lesson, tied to the graph by a zero
+    term so that they even require grad: right on the lesson's numbers, wrong on the
+    replay's other sentence."""
+    from src.checks import lesson
+
+    typed = lesson._reference()["attended_values"].round(7).tolist()
+    cell7 = (f"typed = torch.tensor({typed})\n"
+             "attended_values = typed + 0 * (attention_weights @ value)\n")
+    answer = grading.replay_notebook(with_cells(SOLVED, {"cell7_values": cell7}))
+    summary = verify.judge_replay("cell7_values_test", answer["cell7_values"], strict=True)
+    assert summary.score == 0.0
+    assert summary.results[0].mistake == "right_only_here", summary.results[0].message
+
+
 SOFTMAX = """def softmax(x, dim=-1):
 {body}
 attention_weights = softmax(attention_scores, dim=-1)

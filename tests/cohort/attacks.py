@@ -200,7 +200,7 @@ builtins.repr = lambda obj: "2.0" if type(obj).__name__ == "Points" else _repr(o
 FORGE_FORMATTER = '''
 ip = get_ipython()
 ip.display_formatter.formatters["text/plain"].for_type_by_name(
-    "verify", "Points", lambda obj, p, cycle: p.text(str(obj.max_score)))
+    "src.checks.results", "Points", lambda obj, p, cycle: p.text(str(obj.max_score)))
 '''
 FORGE_REWRITE_VERIFY = '''
 import importlib

@@ -869,7 +869,18 @@ class ReplayServer:
         return ""
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        """Whether the server still runs. A forked grading worker holds its parent's
+        server, which is not its own child: there Popen.poll() reports it dead (waitpid
+        fails with ECHILD), and every worker would start a server of its own (5 s each).
+        So the worker asks the pid instead; a server that died but was not reaped yet
+        fails the request, and replay_notebook then starts a fresh one."""
+        if self.owner == os.getpid():
+            return self.proc.poll() is None
+        try:
+            os.kill(self.proc.pid, 0)
+        except OSError:
+            return False
+        return True
 
     def replay(self, steps: dict, seconds: float = STUDENT_SECONDS) -> dict:
         """{step: data dict or an error text} for {step cell grade_id: source}."""

@@ -112,6 +112,26 @@ def test_an_earlier_step_cell_cannot_fix_a_later_one():
     assert got == FULL | {"cell5_scores_test": 0.0}
 
 
+def test_a_forked_worker_uses_its_parents_replay_server():
+    """make grade forks a worker per student: each must use the run's one server, not
+    start its own (that cost 5 s per submission while Popen.poll() called it dead)."""
+    import os
+
+    server = grading.replay_server()
+    pid = os.fork()
+    if pid == 0:  # the worker: the same server, alive, answering
+        code = 1
+        try:
+            same = grading.replay_server() is server and server.alive()
+            answer = grading.replay_notebook(SOLVED)
+            code = 0 if same and isinstance(answer["cell5_scores"], dict) else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert grading.replay_server() is server and server.alive()
+
+
 def test_a_result_typed_in_from_the_lesson_earns_nothing():
     """Cell 7's numbers typed in from a run of the lesson, tied to the graph by a zero
     term so that they even require grad: right on the lesson's numbers, wrong on the

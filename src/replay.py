@@ -90,7 +90,7 @@ DATA_BYTES = 4 * 2**20
 #: Fixed output gradients for the dependence checks (the judge recomputes them).
 GRAD_SEED = 20261123
 #: The second run of a step cell, as if the sentence were another one: other embeddings
-#: x (seeded, 6 x N(0, 1), so that the scores reach about ±27 where the lesson's stay
+#: x (seeded, 6 x N(0, 1), so that the scores reach about ±36 where the lesson's stay
 #: within ±0.6) and every earlier tensor made from them. Code right on the lesson's numbers
 #: only (a clip, a result typed in) is told apart there. Cell 6's weights are left out:
 #: its softmax is probed on its own.

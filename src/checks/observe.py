@@ -39,8 +39,8 @@ def _text(value, limit=None):
     return np.array(_short(value, limit))
 
 
-def _str_list(values, limit=80):
-    values = [_short(v, limit) for v in list(values)[: LIMITS["names"]]]
+def _str_list(values):
+    values = [_short(v, 80) for v in list(values)[: LIMITS["names"]]]
     return np.array(values, dtype=str) if values else np.zeros(0, dtype="<U1")
 
 

@@ -24,6 +24,7 @@ from src.checks.lesson import (
     AXES,
     CELL_NUMBER,
     D_K,
+    GRAD_TOL,
     GRADE_CELLS,
     LIMITS,
     LOW_TOL,
@@ -44,9 +45,11 @@ from src.checks.lesson import (
     _num,
     _probes,
     _reference,
+    _softmax,
     _shipped,
     _short,
     _swap,
+    tie_group_sums,
 )
 from src.checks.observe import _NODE_LABELS, BUILTIN_SOFTMAX, INFO_FIELDS, _error_text
 from src.checks.results import CheckResult, Summary, _mistake_text, _tidy
@@ -1258,18 +1261,31 @@ def _softmax_behaviour(probes, outs, wrong):
 def _gradient_verdict(weights):
     """("softmax_wrong_gradient", seen) when the replay's weights are right but their
     gradient with respect to the scores is not the softmax's; else None."""
-    from src.replay import output_gradient
-
     got = weights.grads.get("attention_scores")
-    w = _reference()["attention_weights"]
-    if got is None or weights.real is None or not _close(weights.real, w):
+    ref = _reference()
+    if got is None or weights.real is None or not _close(weights.real,
+                                                         ref["attention_weights"]):
         return None
-    g = output_gradient(w.shape).astype(np.float64)
-    want = w * (g - (w * g).sum(-1, keepdims=True))  # the softmax's vector-Jacobian product
-    if got.shape == want.shape and _close(got, want, dict(rtol=1e-3, atol=1e-5)):
+    if softmax_gradient_is_right(ref["attention_scores"], got):
         return None
     return ("softmax_wrong_gradient", "on the lesson's scores the weights are right, but "
             "their gradient with respect to the scores is not the softmax's.")
+
+
+def softmax_gradient_is_right(scores, got) -> bool:
+    """Whether ``got`` [..., S], the gradient of sum(softmax(scores) * G) with respect to
+    ``scores`` [..., S] (G = src.replay.output_gradient), is the softmax's, compared per
+    group of tied scores (see :func:`tie_group_sums`): the verdict is the same whether
+    two scores tie to the last bit or differ by one ulp."""
+    from src.replay import output_gradient
+
+    scores = np.asarray(scores, np.float64)
+    w = _softmax(scores)
+    g = output_gradient(w.shape).astype(np.float64)
+    want = w * (g - (w * g).sum(-1, keepdims=True))  # the softmax's vector-Jacobian product
+    got = np.asarray(got)
+    return got.shape == want.shape and _close(tie_group_sums(got, scores),
+                                              tie_group_sums(want, scores), GRAD_TOL)
 
 
 # ------------------------------------------------------------- judge: entry

@@ -392,11 +392,15 @@ def per_cell_scores(db_path: Path | None = None) -> dict:
     return out
 
 
-def _worker_main(student, conn, init_args, scratch, task=_grade_one):
+def _worker_main(student, conn, init_args, scratch, task=_grade_one, slot=0):
     """A forked process that grades one student (or runs ``task``) and sends back the
-    outcome."""
+    outcome; it uses the replay server of worker slot ``slot``."""
     import tempfile
     import warnings
+
+    from src import grading
+
+    grading.use_slot(slot)
 
     # nbgrader's gradebook code trips SQLAlchemy's autoflush warning on every submission
     # ("Object of type <SubmittedAssignment> not in session"): harmless, and noise here.
@@ -413,8 +417,6 @@ def _worker_main(student, conn, init_args, scratch, task=_grade_one):
         conn.send((student, False, f"grading raised {type(exc).__name__}: {exc}", 0.0))
     finally:
         conn.close()
-        from src import grading
-
         grading.close_replay_servers()  # one this worker had to start (the shared one died)
 
 
@@ -433,23 +435,24 @@ def _run_workers(students, jobs, init_args, deadline, on_done, task=_grade_one,
     from src import grading, sandbox
 
     ctx = multiprocessing.get_context("fork")  # inherits the imported nbgrader (~5 s)
-    if task is _grade_one:  # one replay fork server for the run (torch imported once)
-        grading.replay_server(ASSIGNMENT)
-    pending, running, scratch = list(students), {}, {}
+    jobs = max(1, min(jobs, len(students)))
+    if task is _grade_one:  # a replay fork server per worker slot (torch imported once each)
+        grading.start_replay_servers(ASSIGNMENT, jobs)
+    pending, running, scratch, slots = list(students), {}, {}, list(range(jobs))
     while pending or running:
         while pending and len(running) < jobs:
-            student = pending.pop(0)
+            student, slot = pending.pop(0), slots.pop(0)
             recv, send = ctx.Pipe(duplex=False)
             scratch[student] = tempfile.mkdtemp(prefix="attention-grading-worker-")
             proc = ctx.Process(target=_worker_main,
-                               args=(student, send, init_args, scratch[student], task),
+                               args=(student, send, init_args, scratch[student], task, slot),
                                name=f"grade-{student}", daemon=True)
             proc.start()
             send.close()
-            running[student] = (proc, recv, time.monotonic())
-        wait([r for _, r, _ in running.values()] + [p.sentinel for p, _, _ in running.values()],
-             timeout=1.0)
-        for student, (proc, recv, t0) in list(running.items()):
+            running[student] = (proc, recv, time.monotonic(), slot)
+        wait([r for _, r, _, _ in running.values()]
+             + [p.sentinel for p, _, _, _ in running.values()], timeout=1.0)
+        for student, (proc, recv, t0, slot) in list(running.items()):
             outcome = None
             if recv.poll():
                 try:
@@ -470,6 +473,7 @@ def _run_workers(students, jobs, init_args, deadline, on_done, task=_grade_one,
                 sandbox.remove_ipc_dirs(scratch[student])  # a killed worker leaves them
                 shutil.rmtree(scratch.pop(student), ignore_errors=True)
                 del running[student]
+                slots.append(slot)
                 on_done(*outcome)
 
 

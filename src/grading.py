@@ -530,7 +530,10 @@ def judge_isolated(verify, grade_id, data, own=None, seconds=JUDGE_SECONDS,
 
 
 # ------------------------------------------------------------------ replay
-_REPLAY: dict = {}  # (assignment, sandboxed) -> the replay server of this process
+_REPLAY: dict = {}  # (assignment, sandboxed, slot) -> a replay server of this process
+#: Which of the run's servers this process uses: a grading worker takes the one of its
+#: slot, so no submission ever waits for another's replay (no class-wide lock).
+_SLOT = [0]
 
 
 def setup_sources(assignment: str = "") -> list[str]:
@@ -562,13 +565,32 @@ def shipped_files(assignment: str = "") -> dict:
     return {n: base / n for n in SHIPPED}
 
 
-def replay_server(assignment: str = "", unsafe: bool | None = None, fresh: bool = False):
-    """This process's replay fork server for ``assignment`` (started on first use; a
-    forked grading worker inherits its parent's)."""
+def use_slot(slot: int) -> None:
+    """In a forked grading worker: use the replay server of worker slot ``slot``."""
+    _SLOT[0] = slot
+
+
+def start_replay_servers(assignment: str = "", slots: int = 1,
+                         unsafe: bool | None = None) -> None:
+    """Start one replay server per worker slot, at once (each imports torch: ~5 s)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def start(slot):
+        return replay_server(assignment, unsafe, slot=slot)
+
+    with ThreadPoolExecutor(max(1, slots)) as pool:
+        list(pool.map(start, range(max(1, slots))))
+
+
+def replay_server(assignment: str = "", unsafe: bool | None = None, fresh: bool = False,
+                  slot: int | None = None):
+    """This process's replay fork server for ``assignment`` and worker slot ``slot``
+    (default: this process's, see :func:`use_slot`), started on first use; a forked
+    grading worker inherits its parent's."""
     from src.replay import ReplayServer
 
     unsafe = unsafe_requested() if unsafe is None else unsafe
-    key = (assignment, not unsafe)
+    key = (assignment, not unsafe, _SLOT[0] if slot is None else slot)
     server = _REPLAY.get(key)
     if server is not None and (fresh or not server.alive()):
         server.close() if server.owner == os.getpid() else None
@@ -598,7 +620,7 @@ def replay_notebook(nb, assignment: str = "", unsafe: bool | None = None) -> dic
     each step cell's own source, run on the release's set-up and reference inputs."""
     import fcntl
 
-    from src.replay import STEPS
+    from src.replay import STEPS, ReplayTamperedError
 
     sources = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source
                for c in nb.cells if c.cell_type == "code"}
@@ -606,12 +628,18 @@ def replay_notebook(nb, assignment: str = "", unsafe: bool | None = None) -> dic
     out = {s: f"the notebook has no cell with grade_id {s}" for s in STEPS if s not in steps}
     for attempt in (0, 1):
         server = replay_server(assignment, unsafe, fresh=attempt == 1)
-        # Workers forked from one parent share its server: one submission at a time.
+        # (a slot's server serves one worker at a time; the lock guards other callers)
         fd = os.open(server.box.root / "lock", os.O_CREAT | os.O_RDWR, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             out.update(server.replay(steps))
             return out
+        except ReplayTamperedError as exc:
+            # The server stopped before any other submission met the tampered set-up; the
+            # next one gets a fresh server.
+            raise GradingError(f"not graded: this submission's code tampered with the "
+                               f"replay server ({exc}); no other submission was replayed "
+                               "on what it changed. Look at this notebook.") from None
         except RuntimeError as exc:
             if attempt:
                 raise GradingError(f"the replay failed twice ({exc})") from None
@@ -652,6 +680,8 @@ class TrustedScores(NbGraderPreprocessor):
                 markdown = f"✘ **{gid}: 0/{max_score:g} points**\n\nNot graded: {why}."
             shown = state["shown"].get(gid)
             rows.append({"cell": gid, "verified": score, "max": max_score, "shown": shown})
+            if isinstance(data, dict) and "variant.seed" in data:
+                rows[-1]["second_run_seed"] = str(data["variant.seed"])  # (to reproduce it)
             images = [o for o in cell.get("outputs", []) if o.get("output_type") == "display_data"
                       and "image/png" in o.get("data", {})]
             # The kernel's heatmaps stay (PNG only); its text, HTML and score do not.

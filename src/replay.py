@@ -90,11 +90,12 @@ DATA_BYTES = 4 * 2**20
 #: Fixed output gradients for the dependence checks (the judge recomputes them).
 GRAD_SEED = 20261123
 #: The second run of a step cell, as if the sentence were another one: other embeddings
-#: x (seeded, 6 x N(0, 1), so that the scores reach about ±36 where the lesson's stay
-#: within ±0.6) and every earlier tensor made from them. Code right on the lesson's numbers
-#: only (a clip, a result typed in) is told apart there. Cell 6's weights are left out:
-#: its softmax is probed on its own.
-VARIANT_SEED = 20261124
+#: x (6 x N(0, 1), so that the scores reach about ±36 where the lesson's stay within
+#: ±0.6) and every earlier tensor made from them. Code right on the lesson's numbers only
+#: (a clip, a result typed in) is told apart there. The seed is a fresh random draw for
+#: every submission (nothing in the release predicts it), chosen by the server, not the
+#: child, and recorded in the instructor's report. Cell 6's weights are left out: its
+#: softmax is probed on its own.
 VARIANT_STEPS = ("cell4_projections", "cell5_scores", "cell7_values")
 
 
@@ -131,13 +132,18 @@ def reference_names(ns: dict) -> dict:
             "attended_values": weights @ value}
 
 
-def variant_x() -> np.ndarray:
-    """The embeddings [1, 6, 64] (float32) of the second run (VARIANT_SEED)."""
-    rng = np.random.default_rng(VARIANT_SEED)
+def draw_seed() -> int:
+    """A fresh seed for a second run (from the OS: no state a cell could predict)."""
+    return int.from_bytes(os.urandom(8), "little") >> 1
+
+
+def variant_x(seed: int) -> np.ndarray:
+    """The embeddings [1, 6, 64] (float32) of the second run with ``seed``."""
+    rng = np.random.default_rng(seed)
     return (6 * rng.standard_normal((1, 6, 64))).astype(np.float32)
 
 
-def _variant_run(step: str, code, setup: dict) -> dict:
+def _variant_run(step: str, code, setup: dict, seed: int) -> dict:
     """The step cell's code once more, on :func:`variant_x` and the tensors made from it:
     ``variant.in.x``, ``variant.out.<name>`` (its outputs' values) or ``variant.raised``.
     Never raises."""
@@ -145,7 +151,7 @@ def _variant_run(step: str, code, setup: dict) -> dict:
 
     out = {}
     try:
-        out["variant.in.x"] = x = variant_x()
+        out["variant.in.x"] = x = variant_x(seed)
         ns, _ = fresh_namespace(setup, step, x=x)
         test_id, names = STEPS[step]
         try:
@@ -408,7 +414,8 @@ def _assigned_names(source: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def replay_step(step: str, source: str, setup: dict, upstream: dict | None = None) -> dict:
+def replay_step(step: str, source: str, setup: dict, upstream: dict | None = None,
+                seed: int | None = None) -> dict:
     """Run ``step``'s cell source on the reference inputs; return the judge's data.
 
     The data is :func:`verify.observe`'s for the step's test cell, plus ``cell.*``
@@ -417,7 +424,8 @@ def replay_step(step: str, source: str, setup: dict, upstream: dict | None = Non
     ([assigned name, expected name]), ``replay.grad.<out>.<input>`` (gradients
     of the output with respect to each input, see :func:`output_gradient`),
     ``replay.graph.<out>`` (autograd node names) and ``replay.python_node``.
-    Never raises for anything the cell does.
+    ``seed``: the second run's (:func:`draw_seed` when None). Never raises for anything
+    the cell does.
     """
     import torch
 
@@ -458,7 +466,7 @@ def replay_step(step: str, source: str, setup: dict, upstream: dict | None = Non
     data.update(_facts(cap, step, ns, inputs, watched, before, source))
     data.update(own)
     if upstream is None and error is None and step in VARIANT_STEPS:
-        data.update(_variant_run(step, code, setup))
+        data.update(_variant_run(step, code, setup, draw_seed() if seed is None else seed))
     return data
 
 
@@ -617,6 +625,12 @@ def decode_answer(msg: dict, steps) -> dict:
                 out[key] = unpack(base64.b64decode(got["data"]))
             except (ValueError, TypeError) as exc:
                 out[key] = str(exc)
+            seed = got.get("seed")
+            if isinstance(out[key], dict) and isinstance(seed, int) and \
+                    "variant.in.x" in out[key]:
+                # The second run's inputs as the server chose them, not as the child says.
+                out[key]["variant.in.x"] = variant_x(seed)
+                out[key]["variant.seed"] = np.array(str(seed))
         elif key in steps:
             err = got.get("error") if isinstance(got, dict) else None
             out[key] = f"the replay of this cell failed: {err or 'no answer'}"
@@ -660,34 +674,85 @@ def _unpack_upstream(data: dict) -> dict:
 
 _KILLS = (62, 200, 234, 129, 297)  # kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo
 _PIDFD_SEND_SIGNAL = 424
+#: Refused to a replay child: another process's memory (ptrace, process_vm_readv/writev:
+#: the server's, or a sibling's) and new processes (fork, vfork; clone without
+#: CLONE_THREAD): a child is one process, so its limits (address space, CPU) are the
+#: submission's, and nothing it starts outlives it.
+_CHILD_DENIED = {"ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
+                 "fork": 57, "vfork": 58, "pidfd_send_signal": _PIDFD_SEND_SIGNAL,
+                 "pidfd_open": 434, "pidfd_getfd": 438}
+_CLONE, _CLONE3, _CLONE_THREAD = 56, 435, 0x00010000
+_PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP = 4, 38, 22
 
 
-def signals_to_self_only() -> bool:
-    """Load a seccomp filter (x86_64) that lets this process signal itself only: a cell's
-    code cannot kill the fork server or a run of another student. False if not loaded."""
+def _bpf(prog) -> bytes:
+    """Classic BPF from [(code, jt, jf, k)] where jt/jf may be labels (str): an entry
+    ("label", name) marks the next instruction."""
+    at, out = {}, []
+    for ins in prog:
+        if ins[0] == "label":
+            at[ins[1]] = len(out)
+        else:
+            out.append(ins)
+    raw = []
+    for i, (code, jt, jf, k) in enumerate(out):
+        jt = at[jt] - i - 1 if isinstance(jt, str) else jt
+        jf = at[jf] - i - 1 if isinstance(jf, str) else jf
+        raw.append(struct.pack("<HBBI", code, jt, jf, k))
+    return b"".join(raw)
+
+
+def child_filter_program(pid: int) -> bytes:
+    """The seccomp program (x86_64) of a replay child whose pid is ``pid``: signals to
+    itself only, no other process's memory, no new process (see _CHILD_DENIED)."""
+    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
+    allow, deny, nosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38  # ERRNO EPERM/ENOSYS
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, 0xC000003E), (ret, 0, 0, allow), (ld, 0, 0, 0)]
+    for nr in sorted(_CHILD_DENIED.values()):
+        prog += [(jeq, 0, 1, nr), (ret, 0, 0, deny)]
+    prog += [(jeq, 0, 1, _CLONE3), (ret, 0, 0, nosys)]  # (glibc then uses clone)
+    prog += [(jeq, "clone", 0, _CLONE)]
+    prog += [(jeq, "signal", 0, nr) for nr in _KILLS]
+    prog += [(ret, 0, 0, allow),
+             ("label", "clone"), (ld, 0, 0, 16), (jset, "allow", 0, _CLONE_THREAD),
+             (ret, 0, 0, deny),
+             ("label", "signal"), (ld, 0, 0, 16), (jeq, "allow", 0, pid), (ret, 0, 0, deny),
+             ("label", "allow"), (ret, 0, 0, allow)]
+    return _bpf(prog)
+
+
+def _libc():
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def not_dumpable() -> bool:
+    """Make this process non-dumpable (inherited across fork): a process of the same uid
+    without CAP_SYS_PTRACE can then neither open its /proc/<pid>/mem nor ptrace it. The
+    fork server calls it before its first child, so no child reaches its memory."""
+    return _libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+
+
+def confine_child() -> bool:
+    """Load :func:`child_filter_program` in this (forked child) process. False if not
+    loaded (not x86_64, or the kernel refused)."""
     import ctypes
     import platform
 
     if platform.machine() not in ("x86_64", "AMD64"):
         return False
-    ld, jeq, ret = 0x20, 0x15, 0x06
-    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ERRNO | EPERM
-    n = len(_KILLS)
-    prog = [(ld, 0, 0, 4), (jeq, 1, 0, 0xC000003E), (ret, 0, 0, allow), (ld, 0, 0, 0)]
-    prog += [(jeq, n - i + 2, 0, nr) for i, nr in enumerate(_KILLS)]  # -> check arg0
-    prog += [(jeq, 0, 1, _PIDFD_SEND_SIGNAL), (ret, 0, 0, deny), (ret, 0, 0, allow)]
-    prog += [(ld, 0, 0, 16), (jeq, 0, 1, os.getpid()), (ret, 0, 0, allow), (ret, 0, 0, deny)]
-    raw = b"".join(struct.pack("<HBBI", *ins) for ins in prog)
+    raw = child_filter_program(os.getpid())
     buf = ctypes.create_string_buffer(raw)
 
     class Prog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    fprog = Prog(len(prog), ctypes.addressof(buf))
-    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+    libc = _libc()
+    fprog = Prog(len(raw) // 8, ctypes.addressof(buf))
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         return False
-    return libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) == 0  # PR_SET_SECCOMP, FILTER
+    return libc.prctl(_PR_SET_SECCOMP, 2, ctypes.byref(fprog), 0, 0) == 0  # FILTER
 
 
 def _run_child(job, setup, write_fd, seconds):
@@ -699,11 +764,11 @@ def _run_child(job, setup, write_fd, seconds):
     try:
         cpu = max(1, int(math.ceil(seconds)))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        signals_to_self_only()
+        confine_child()
         if job[0] == "chain":
             data = _pack_upstream(run_chain(job[1], setup))
         else:
-            data = replay_step(job[1], job[2], setup, job[3])
+            data = replay_step(job[1], job[2], setup, job[3], job[4])
         payload = base64.b64encode(pack(data)).decode()
         _send(write_fd, {"data": payload})
     except BaseException as exc:  # noqa: BLE001
@@ -758,20 +823,67 @@ def _paths(roots) -> set:
 
 
 def _wipe(roots, keep: set):
-    """Remove what runs left in the sandbox's writable places since the set-up."""
-    import shutil
+    """Remove what runs left in the sandbox's writable places since the set-up, whatever
+    its modes (a folder set to 000 is opened up first, then removed with its content)."""
+    for root in roots:
+        _wipe_dir(root, keep)
 
-    for path in sorted(_paths(roots) - keep, key=len, reverse=True):
-        with contextlib.suppress(OSError):
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path)
-            else:
+
+def _wipe_dir(where: str, keep: set):
+    with contextlib.suppress(OSError):
+        os.chmod(where, os.stat(where).st_mode | 0o700)
+    try:
+        entries = os.listdir(where)
+    except OSError:
+        return
+    for name in entries:
+        path = os.path.join(where, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            _wipe_dir(path, keep)
+            if path not in keep:
+                with contextlib.suppress(OSError):
+                    os.rmdir(path)
+        elif path not in keep:
+            with contextlib.suppress(OSError):
                 os.unlink(path)
+
+
+def setup_digest(setup: dict) -> str:
+    """A digest of every tensor and array the set-up holds (x, the layers' parameters,
+    the example's): what each replay receives. The server compares it after every
+    submission; a change means the set-up was tampered with."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256()
+    seen = set()
+
+    def add(name, v):
+        if id(v) in seen:
+            return
+        seen.add(id(v))
+        if torch.is_tensor(v):
+            h.update(name.encode() + v.detach().cpu().contiguous().numpy().tobytes())
+        elif isinstance(v, np.ndarray):
+            h.update(name.encode() + np.ascontiguousarray(v).tobytes())
+        elif isinstance(v, torch.nn.Module):
+            for n, t in v.state_dict(keep_vars=True).items():
+                add(f"{name}.{n}", t)
+
+    for name, v in sorted(setup.items()):
+        add(name, v)
+        for attr, w in sorted(getattr(v, "__dict__", {}).items()) if not isinstance(
+                v, (types.ModuleType, type, torch.nn.Module)) else ():
+            add(f"{name}.{attr}", w)
+    return h.hexdigest()
 
 
 def serve(setup_path: str, sandboxed: bool):
     """The fork server's loop: read {"steps": {step: source}} requests on stdin, answer
-    {step: {"data": base64 npz} | {"error": text}} on stdout."""
+    {step: {"data": base64 npz} | {"error": text}} on stdout. If the set-up it hands to
+    every replay changed during a submission's runs, it answers {"tampered": text} and
+    stops: no later submission is replayed on tampered inputs."""
     import torch
 
     rfd, wfd = os.dup(0), os.dup(1)
@@ -779,9 +891,12 @@ def serve(setup_path: str, sandboxed: bool):
     for fd in (0, 1):
         os.dup2(devnull, fd)
     torch.set_num_threads(1)
+    if os.environ.get("ATTENTION_TEST_DUMPABLE_SERVER") != "1":  # (tests of the digest)
+        not_dumpable()
     sources = json.loads(Path(setup_path).read_text())
     setup = setup_namespace(sources)
     reference_names(setup)  # warm the ops once, before any fork
+    digest = setup_digest(setup)
     scratch = [*_SCRATCH, os.getcwd()] if sandboxed else []
     keep = _paths(scratch)
     _send(wfd, {"ready": True})
@@ -792,6 +907,10 @@ def serve(setup_path: str, sandboxed: bool):
         answer = _answer(req, setup, sandboxed, (rfd, wfd))
         answer["id"] = req.get("id")  # which request this answers
         _wipe(scratch, keep)  # nothing one submission's runs wrote reaches the next one's
+        if setup_digest(setup) != digest:
+            _send(wfd, {"id": req.get("id"), "tampered": "the set-up tensors the server "
+                        "hands to every replay changed during this submission's runs"})
+            return
         _send(wfd, answer)
 
 
@@ -806,12 +925,16 @@ def _answer(req, setup, sandboxed, protect):
         if left <= 0:
             return {"error": "not run: this submission used up its replay time"}
         try:
-            return _run_forked(job, setup, min(RUN_SECONDS, left), protect)
+            answer = _run_forked(job, setup, min(RUN_SECONDS, left), protect)
+            if job[0] == "step" and job[3] is None:
+                answer["seed"] = job[4]
+            return answer
         finally:
             if sandboxed:
                 _reap_strays()
 
-    out = {step: run(("step", step, source, None)) for step, source in steps.items()}
+    out = {step: run(("step", step, source, None, draw_seed()))
+           for step, source in steps.items()}
     chain = run(("chain", steps))
     if "data" in chain:
         try:
@@ -822,8 +945,12 @@ def _answer(req, setup, sandboxed, protect):
         for step in steps:  # a second run on the student's own inputs, where they differ
             before = own.get(order[order.index(step) - 1]) if order.index(step) else None
             if before and not same_as_reference(before, setup, step):
-                out["own:" + step] = run(("step", step, steps[step], before))
+                out["own:" + step] = run(("step", step, steps[step], before, None))
     return out
+
+
+class ReplayTamperedError(RuntimeError):
+    """A submission's runs changed what the replay server hands to every replay."""
 
 
 class ReplayServer:
@@ -847,7 +974,7 @@ class ReplayServer:
         cmd = [sys.executable, "-m", "src.replay", "serve", inside,
                "--sandboxed" if sandboxed else "--plain"]
         fd = self.box.seccomp_fd()
-        argv = self.box.command(cmd, fd)
+        argv = self.box.command(cmd, fd, host_dirs=False)
         if sandboxed:  # the set-up file, read-only beside the shipped files
             at = argv.index("--chdir")
             argv[at:at] = ["--ro-bind", str(setup_file), f"{sb.WORKDIR}/setup.json"]
@@ -893,8 +1020,12 @@ class ReplayServer:
             msg = None
         if not isinstance(msg, dict) or msg.get("id") != ident:
             # (an answer to another request: a worker was killed while it waited)
+            err = self._stderr_tail()
+            raise RuntimeError("the replay server stopped answering" + (
+                f": {err[-300:]}" if err else ""))
+        if "tampered" in msg:
             self.proc.kill()
-            raise RuntimeError("the replay server stopped answering")
+            raise ReplayTamperedError(str(msg["tampered"])[:200])
         return decode_answer(msg, steps)
 
     def close(self):

@@ -321,8 +321,11 @@ class Sandbox:
         self._seccomp = os.open(path, os.O_RDONLY)
         return self._seccomp
 
-    def command(self, kernel_cmd: list[str], seccomp_fd: int | None = None) -> list[str]:
-        """``kernel_cmd`` wrapped in bwrap and the launcher that sets the limits."""
+    def command(self, kernel_cmd: list[str], seccomp_fd: int | None = None,
+                host_dirs: bool = True) -> list[str]:
+        """``kernel_cmd`` wrapped in bwrap and the launcher that sets the limits.
+        ``host_dirs=False`` (the replay server, which talks over pipes): no writable host
+        directory at all (neither /grading nor the IPC folder), only the capped tmpfs."""
         lim = self.limits
         launcher = [sys.executable, "-c", _LAUNCHER, str(self.uid),
                     str(int(lim.memory_gb * 2**30) if lim.memory_gb else -1),
@@ -346,13 +349,15 @@ class Sandbox:
         args += _mkdirs(WORKDIR) + ["--perms", "1777", "--size", tmpfs, "--tmpfs", WORKDIR]
         for name, p in self.shipped.items():
             args += ["--ro-bind", str(p), f"{WORKDIR}/{name}"]
-        if self.export_names:  # a quota: only these files, each at most file_mb
+        if host_dirs and self.export_names:  # a quota: only these files, each at most file_mb
             args += ["--ro-bind", str(self.export_dir), EXPORT_DIR]
             for name in self.export_names:
                 args += ["--bind", str(self.export_dir / name), f"{EXPORT_DIR}/{name}"]
-        else:
+        elif host_dirs:
             args += ["--bind", str(self.export_dir), EXPORT_DIR]
-        args += _mkdirs(str(self.run_dir)) + ["--bind", str(self.run_dir), str(self.run_dir)]
+        if host_dirs:
+            args += _mkdirs(str(self.run_dir)) + ["--bind", str(self.run_dir),
+                                                  str(self.run_dir)]
         env = {"HOME": "/tmp", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
                "LANG": "C.UTF-8", "MPLCONFIGDIR": "/tmp/matplotlib",
                "IPYTHONDIR": "/tmp/ipython", "PYTHONDONTWRITEBYTECODE": "1",

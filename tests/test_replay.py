@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 
 import nbformat
+import numpy as np
 import pytest
 
 import verify
@@ -218,3 +219,141 @@ def test_nothing_a_submission_writes_reaches_the_next_one():
     assert grades(with_cells(SOLVED, {"cell5_scores": leave}))["cell5_scores_test"] == 2.0
     take = "attention_scores = torch.load('/tmp/scores.pt')\n"
     assert grades(with_cells(SOLVED, {"cell5_scores": take}))["cell5_scores_test"] == 0.0
+
+
+# ----------------------------------------------------- isolation between submissions
+#: A step cell that finds the set-up the fork server hands every replay (the ``setup``
+#: of the replay's own frames, read off the shipped source; a forked child holds it at
+#: the server's addresses) and writes zeros over the server's x and layer weights
+#: through /proc/<server>/mem, then does its own work.
+OVERWRITE_SERVER = '''
+import os as _os, sys as _sys
+_f = _sys._getframe()
+while _f is not None and "setup" not in _f.f_locals:
+    _f = _f.f_back
+_d = _f.f_locals["setup"] if _f is not None else {}
+for _t in (_d["x"], _d["q_proj"].weight, _d["k_proj"].weight) if "x" in _d else ():
+    try:
+        with open(f"/proc/{_os.getppid()}/mem", "r+b", buffering=0) as _m:
+            _m.seek(_t.data_ptr())
+            _m.write(bytes(_t.numel() * _t.element_size()))
+    except OSError:
+        pass
+'''
+
+
+def _cells():
+    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in SOLVED.cells
+            if c.metadata.get("nbgrader", {}).get("solution")}
+
+
+def test_a_cell_cannot_write_the_servers_memory_for_the_next_submission():
+    """The attack of the isolation issue: with it, every honest student graded after the
+    attacker got 1/9. The server is not dumpable, so /proc/<server>/mem is refused."""
+    attack = OVERWRITE_SERVER + _cells()["cell4_projections"]
+    grades(with_cells(SOLVED, {"cell4_projections": attack}))
+    assert grades(SOLVED) == FULL
+
+
+def test_a_tampered_server_stops_and_names_the_submission_not_the_next(monkeypatch):
+    """Were the server's memory writable (here: a plain server made dumpable for this
+    test), its digest of the set-up catches the change after the attacker's runs: that
+    submission is not graded, with the reason; the next one meets a fresh server."""
+    monkeypatch.setenv("ATTENTION_TEST_DUMPABLE_SERVER", "1")
+    attack = OVERWRITE_SERVER + _cells()["cell4_projections"]
+    try:
+        with pytest.raises(grading.GradingError, match="tampered with the replay server"):
+            grading.replay_notebook(with_cells(SOLVED, {"cell4_projections": attack}),
+                                    unsafe=True)
+        monkeypatch.delenv("ATTENTION_TEST_DUMPABLE_SERVER")
+        answer = grading.replay_notebook(SOLVED, unsafe=True)
+        assert all(verify.judge_replay(t, answer[s], strict=True).score == FULL[t]
+                   for s, (t, _) in replay.STEPS.items())
+    finally:
+        grading.close_replay_servers()
+
+
+def test_nothing_left_in_a_locked_folder_reaches_the_next_submission():
+    """Student A leaves working code in a folder it then sets to mode 000; student B's
+    Cell 5 opens the folder up again and runs that code (right on any inputs, so the
+    second run cannot tell): B earns nothing, the folder is gone."""
+    leave = _cells()["cell5_scores"] + (
+        "\nimport os\nfor _d in ('/tmp/.k', '/dev/shm/.k', './.k'):\n"
+        "    try:\n        os.makedirs(_d, exist_ok=True)\n"
+        "        with open(_d + '/f.py', 'w') as _f:\n"
+        "            _f.write('s = query @ key.transpose(-2, -1) / 8')\n"
+        "        os.chmod(_d, 0)\n    except Exception:\n        pass\n")
+    assert grades(with_cells(SOLVED, {"cell5_scores": leave}))["cell5_scores_test"] == 2.0
+    take = ("import os\nattention_scores = None\nfor _d in ('/tmp/.k', '/dev/shm/.k', './.k'):\n"
+            "    try:\n        os.chmod(_d, 0o700)\n"
+            "        exec(open(_d + '/f.py').read())\n        attention_scores = s\n"
+            "    except Exception:\n        pass\n")
+    assert grades(with_cells(SOLVED, {"cell5_scores": take}))["cell5_scores_test"] == 0.0
+
+
+#: Earns Cell 5's points only if the cell can start another process, whatever the way.
+FORKS = '''
+import os, subprocess, multiprocessing
+_ways = []
+for _way in ("fork", "subprocess", "multiprocessing"):
+    try:
+        if _way == "fork":
+            _pid = os.fork()
+            if _pid == 0:
+                os._exit(0)
+            os.waitpid(_pid, 0)
+        elif _way == "subprocess":
+            subprocess.run(["true"], check=True, timeout=2)
+        else:
+            _p = multiprocessing.get_context("fork").Process(target=int)
+            _p.start()
+            _p.join(2)
+        _ways.append(_way)
+    except Exception:
+        pass
+attention_scores = query @ key.transpose(-2, -1) / math.sqrt(d_k) if _ways else None
+'''
+
+
+def test_a_replayed_cell_cannot_start_a_process():
+    """Children may not fork: a run is one process, so its memory cap (address space) is
+    the whole submission's, not one of several processes' (three children of 1.5 GiB
+    took 5.1 GiB before)."""
+    assert grades(with_cells(SOLVED, {"cell5_scores": FORKS}))["cell5_scores_test"] == 0.0
+
+
+#: Earns Cell 5's points only if it finds a writable directory outside the capped tmpfs.
+WRITABLE_HOST = '''
+import os
+_found = []
+_skip = ("/proc", "/sys", "/dev", "/tmp", os.getcwd())
+for _root, _dirs, _files in os.walk("/"):
+    if _root.startswith(_skip):
+        _dirs[:] = []
+        continue
+    if os.access(_root, os.W_OK):
+        try:
+            open(os.path.join(_root, ".w"), "w").close()
+            _found.append(_root)
+        except OSError:
+            pass
+    _dirs[:] = [d for d in _dirs if not os.path.islink(os.path.join(_root, d))]
+attention_scores = query @ key.transpose(-2, -1) / math.sqrt(d_k) if _found else None
+'''
+
+
+def test_a_replayed_cell_finds_no_writable_host_directory():
+    """The replay binds no writable host folder (the IPC folder was one, with no cap):
+    only its size-capped tmpfs are writable."""
+    assert grades(with_cells(SOLVED, {"cell5_scores": WRITABLE_HOST}))[
+        "cell5_scores_test"] == 0.0
+
+
+def test_the_second_runs_inputs_are_drawn_afresh_and_reported():
+    """Nothing in the release predicts the other sentence: two replays of the same cell
+    get different second-run inputs, and the server's seed rebuilds them."""
+    a, b = grading.replay_notebook(SOLVED), grading.replay_notebook(SOLVED)
+    xa, xb = a["cell5_scores"]["variant.in.x"], b["cell5_scores"]["variant.in.x"]
+    assert not np.array_equal(xa, xb)
+    seed = int(str(a["cell5_scores"]["variant.seed"]))
+    assert np.array_equal(replay.variant_x(seed), xa)

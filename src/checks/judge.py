@@ -45,9 +45,9 @@ from src.checks.lesson import (
     _num,
     _probes,
     _reference,
-    _softmax,
     _shipped,
     _short,
+    _softmax,
     _swap,
     tie_group_sums,
 )

@@ -10,7 +10,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import nbgrader  # noqa: E402
-from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor  # noqa: E402,E501
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
 from nbgrader.preprocessors import (  # noqa: E402
     AssignLatePenalties,
     CheckCellMetadata,
@@ -26,6 +26,7 @@ from nbgrader.preprocessors import (  # noqa: E402
 
 from src.course import StripHiddenTests, course_dir  # noqa: E402
 from src.grading import (  # noqa: E402
+    ClearStudentMetadata,
     CopyAllowedFiles,
     RefuseUnsafeSubmission,
     RevealInvisibles,
@@ -59,9 +60,11 @@ c.Autograde.sanitize_preprocessors = [
     OverwriteCells, CheckCellMetadata]
 # RevealInvisibles and SafeOutputs also here: the Formgrader and JupyterLab show autograded
 # notebooks as they are stored (the Formgrader renders their markdown again, unsanitised).
+# ClearStudentMetadata (in nbconvert's ClearMetadataPreprocessor's place, which is off by
+# default) keeps only the metadata grading needs: no widget state the kernel or the file held.
 c.Autograde.autograde_preprocessors = [
     SandboxedExecute, RevealInvisibles, TrustedScores, SafeOutputs, IgnorePattern,
-    ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades, AssignLatePenalties,
+    ClearStudentMetadata, LimitOutput, SaveAutoGrades, AssignLatePenalties,
     CheckCellMetadata]
 # Limits of each sandboxed kernel (the defaults, src/sandbox.py LIMITS, are stated here).
 c.SandboxedExecute.memory_gb = 4.0  # address space (GiB)
@@ -108,8 +111,10 @@ c.ClearSolutions.code_stub = {"python": CODE_STUB}
 # Feedback must never show hidden tests (nbgrader #917, #1363).
 # Student output in feedback is kept to text and images, and HTML in markdown is sanitised:
 # no script from a submission runs in the browser that opens the feedback.
-c.GenerateFeedback.preprocessors = [GetGrades, StripHiddenTests, SafeOutputs, CopyAllowedFiles,
-                                    CSSHTMLHeaderPreprocessor]
+# Metadata is cleared again first (a notebook autograded before it was, or edited since),
+# before GetGrades adds the scores to each cell's nbgrader metadata.
+c.GenerateFeedback.preprocessors = [ClearStudentMetadata, GetGrades, StripHiddenTests,
+                                    SafeOutputs, CopyAllowedFiles, CSSHTMLHeaderPreprocessor]
 c.HTMLExporter.sanitize_html = True
 # ...and loads no script from another origin (nbconvert's pages take MathJax from a CDN):
 # src/templates/base/mathjax.html.j2 is found before nbconvert's and loads nothing, so math

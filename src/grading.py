@@ -24,6 +24,8 @@ printed. Here (see README, "For instructors"):
    ``⟦U+202E⟧`` in the stored notebook and names them in the report.
 5. :class:`SafeOutputs` (autograde and feedback) keeps only inert output types
    and stores markdown in a form no later render revives (src/safe_html.py).
+6. :class:`ClearStudentMetadata` (autograde and feedback) keeps only the notebook and
+   cell metadata grading needs (an allow-list): no widget state, no unknown key.
 
 Shape legend: not applicable (no tensors here).
 """
@@ -42,6 +44,8 @@ from pathlib import Path
 
 from jupyter_core.utils import run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbconvert.preprocessors import ClearMetadataPreprocessor
+from nbformat import from_dict
 from nbformat.v4 import new_output
 from nbgrader.preprocessors import ClearHiddenTests, Execute, NbGraderPreprocessor
 from traitlets import Bool, Float, Integer, List, Unicode
@@ -776,6 +780,61 @@ class SafeOutputs(NbGraderPreprocessor):
             cell.outputs = [o for o in map(_safe_output, cell.get("outputs", [])) if o]
         cell.pop("attachments", None)  # safe images are inlined in the markdown
         return cell, resources
+
+
+#: What grading keeps of a notebook's own metadata, as key paths (nbconvert's mask form): the
+#: kernel nbgrader runs and the language the pages highlight code in. Everything else a
+#: student's file or kernel wrote there is dropped: widget state above all (nbclient stores
+#: the state of every widget the kernel made, the lesson's explorer included; a page or
+#: JupyterLab that restores an HTML widget sets its value as live HTML), titles, unknown keys.
+KEPT_NOTEBOOK_METADATA = frozenset(
+    [("kernelspec", k) for k in ("name", "display_name", "language")]
+    + [("language_info", k) for k in ("name", "version", "mimetype", "file_extension",
+                                      "pygments_lexer", "codemirror_mode",
+                                      "nbconvert_exporter")])
+#: ... and of each cell's: nbgrader's own (its schema, which CheckCellMetadata enforces at
+#: the end of autograding, allows no other key) and the tags below.
+KEPT_CELL_METADATA = frozenset(("nbgrader", "tags"))
+#: Cell tags kept: the lesson's own (nbval's raises-exception on the step cells' stubs;
+#: tests/test_grading.py checks that the lesson uses no other). nbconvert writes each tag
+#: into the page as a class.
+KEPT_TAGS = frozenset(("raises-exception",))
+
+
+class ClearStudentMetadata(NbGraderPreprocessor, ClearMetadataPreprocessor):
+    """Autograde and feedback step: keep only the metadata grading needs (the allow-lists
+    above), of the notebook and of every cell, whatever its type.
+
+    nbconvert's ClearMetadataPreprocessor filtering by the key paths above, always (its
+    switches and masks are not read: the lists above are the one source), on markdown and
+    raw cells too (it clears code cells only: nbconvert PR #2239, open), with tags also
+    filtered by value, and enabled as an nbgrader step (nbconvert's is off by default, so
+    listing it did nothing). Outputs and attachments are SafeOutputs' part."""
+
+    def nested_masks(self, mask):
+        """{key: its sub-paths}. nbconvert 7.17's keeps one sub-path per key (a dict
+        comprehension), so ("kernelspec", "name") would lose ("kernelspec", "language")."""
+        nested = {}
+        for path in mask:
+            if not isinstance(path, str) and len(path) > 1:
+                nested.setdefault(path[0], set()).add(tuple(path[1:]))
+        return nested
+
+    def preprocess_cell(self, cell, resources, index):
+        meta = dict(self.nested_filter(cell.metadata.items(), KEPT_CELL_METADATA))
+        tags = meta.pop("tags", None)
+        tags = [t for t in tags if t in KEPT_TAGS] if isinstance(tags, list) else []
+        if tags:
+            meta["tags"] = tags
+        cell.metadata = from_dict(meta)
+        return cell, resources
+
+    def preprocess(self, nb, resources):
+        for index, cell in enumerate(nb.cells):
+            self.preprocess_cell(cell, resources, index)
+        nb.metadata = from_dict(dict(self.nested_filter(nb.metadata.items(),
+                                                        KEPT_NOTEBOOK_METADATA)))
+        return nb, resources
 
 
 class RevealInvisibles(NbGraderPreprocessor):

@@ -384,6 +384,46 @@ def test_invisible_and_bidi_characters_are_shown_and_named():
         assert name in notes[0]
 
 
+# ------------------------------------------------------------- metadata (issue 20)
+def test_only_the_metadata_grading_needs_is_kept():
+    """Widget state and unknown keys go, from the notebook and from cells of every type;
+    nbgrader's cell metadata, the kernelspec, language_info and the lesson's tags stay.
+    Graded for real, with the kernel's own widgets: tests/cohort/test_course.py."""
+    import json
+
+    from src.course import load_config
+
+    html = "<img src=x onerror=alert(1)><script>alert(1)</script>"
+    widgets = {"application/vnd.jupyter.widget-state+json": {"state": {"m": {
+        "model_name": "HTMLModel", "state": {"value": html}}}}}
+    nbgrader = {"grade": True, "solution": False, "locked": True, "points": 2,
+                "grade_id": "cell5_scores_test", "schema_version": 3}
+    lesson = nbformat.read(ROOT / "lesson.ipynb", as_version=4)
+    kernel = {k: lesson.metadata[k] for k in ("kernelspec", "language_info")}
+    cells = [nbformat.v4.new_code_cell("x"), nbformat.v4.new_markdown_cell("m"),
+             nbformat.v4.new_raw_cell("r")]
+    for cell in cells:
+        cell.metadata.update(nbgrader=nbgrader, widgets=widgets, jupyter={"x": html},
+                             tags=["raises-exception", html], collapsed=True)
+    cells.append(nbformat.v4.new_code_cell("y"))
+    nb = nbformat.v4.new_notebook(cells=cells, metadata={
+        **kernel, "widgets": widgets, "title": html,
+        "kernelspec": {**kernel["kernelspec"], "env": {"X": html}}})
+    cells[3].metadata["tags"] = html  # not a list: dropped whole
+    nb, _ = grading.ClearStudentMetadata().preprocess(nb, {})
+    assert html not in json.dumps(nb) and "widget" not in json.dumps(nb)
+    assert nb.metadata == kernel
+    for cell in cells[:3]:
+        assert cell.metadata == {"nbgrader": nbgrader, "tags": ["raises-exception"]}
+    assert cells[3].metadata == {}
+    nbformat.validate(nb)
+    # the lesson's tags are all kept, and both pipelines that write a notebook clear it
+    assert {t for c in lesson.cells for t in c.metadata.get("tags", [])} <= grading.KEPT_TAGS
+    config = load_config()
+    assert grading.ClearStudentMetadata in config.Autograde.autograde_preprocessors
+    assert config.GenerateFeedback.preprocessors[0] is grading.ClearStudentMetadata
+
+
 # ------------------------------------------------------------- copied files
 def test_only_allowed_files_beside_the_notebook_are_copied(tmp_path):
     """nbgrader's own walk (find_all_files, which autograde and feedback use) skips a

@@ -330,3 +330,34 @@ for where, path in targets.items():
         print("{success} wrote", written[where], "MiB to", path)
 '''
 SLEEPY = "import time\ntime.sleep({seconds})\n"
+
+# ------------------------------------------------------------------ issue 20: metadata
+#: Active HTML a widget renderer would run (an HTML widget sets its value as innerHTML).
+#: The marker is letters only, so it survives every escaping a page or JSON applies.
+METADATA_MARKER = "WIDGETPAYLOADMARKER"
+METADATA_PAYLOAD = (f"<img src=x onerror=\"document.title='{METADATA_MARKER}'\">"
+                    f"<script>document.title='{METADATA_MARKER}'</script>")
+
+
+def widget_state(value: str) -> dict:
+    """Saved widget state as JupyterLab writes it into ``metadata.widgets``: one HTML widget
+    (and its view) whose value is ``value``."""
+    model = {"model_name": "HTMLModel", "model_module": "@jupyter-widgets/controls",
+             "model_module_version": "2.0.0",
+             "state": {"value": value, "description": value, "description_allow_html": True}}
+    return {"application/vnd.jupyter.widget-state+json": {
+                "version_major": 2, "version_minor": 0, "state": {"0" * 32: model}},
+            "application/vnd.jupyter.widget-view+json": {
+                "version_major": 2, "version_minor": 0, "model_id": "0" * 32}}
+
+
+#: The same widget made live by the kernel while it is graded (nbclient stores its state in
+#: the notebook's metadata). The payload is hex here and set after the display, so only the
+#: widget state holds it (not the cell's source, nor the text repr of the widget).
+KERNEL_WIDGET = f'''
+import ipywidgets
+from IPython.display import display
+notes = ipywidgets.HTML("my notes")
+display(notes)
+notes.value = bytes.fromhex("{METADATA_PAYLOAD.encode().hex()}").decode()
+'''

@@ -296,7 +296,7 @@ def attack_cases(slow_cells: int = 0, cell_timeout: int = 10) -> list[dict]:
         dict(name="xss-markdown-link", expected=full, extra={"summary.html": a.EXTRA_HTML},
              nb=submission_notebook(added=[("cell3_data", "markdown", a.MARKDOWN_LINK)])),
     ]
-    cases += issue14_cases(fmt)
+    cases += issue14_cases(fmt) + issue20_cases()
     if slow_cells:
         sleepy = [("cell4_projections_test", "code", a.SLOW_CELL.format(seconds=cell_timeout - 1))
                   ] * slow_cells
@@ -358,3 +358,29 @@ def issue14_cases(fmt) -> list[dict]:
              nb=submission_notebook(added=[("cell3_data", "markdown", "note")] *
                                     sandbox.LIMITS.max_cells)),
     ]
+
+
+def issue20_cases() -> list[dict]:
+    """Metadata a renderer could revive (issue 20): widget state with active HTML in the
+    notebook's metadata and in every cell's, a widget the kernel makes while it is graded,
+    unknown keys, a tag and an attachment carrying the same payload; the answers are right."""
+    import base64
+
+    from tests.cohort import attacks as a
+
+    nb = nbformat.reads(submission_notebook(added=[
+        ("cell4_projections_test", "code", a.KERNEL_WIDGET),
+        ("cell3_data", "markdown", "My sketch: ![sketch](attachment:sketch.svg)")]),
+        as_version=4)
+    state, payload = a.widget_state(a.METADATA_PAYLOAD), a.METADATA_PAYLOAD
+    nb.metadata.update(widgets=state, title=payload, notes={"html": payload})
+    svg = f'<svg xmlns="http://www.w3.org/2000/svg"><script>{payload}</script></svg>'
+    for cell in nb.cells:
+        cell.metadata.update(widgets=state, jupyter={"source_hidden": payload},
+                             notes={"html": payload})
+        cell.metadata["tags"] = [*cell.metadata.get("tags", []), payload]
+        if cell.cell_type == "markdown" and "attachment:" in cell.source:
+            cell["attachments"] = {"sketch.svg": {
+                "image/svg+xml": base64.b64encode(svg.encode()).decode(),
+                "text/html": payload}}
+    return [dict(name="widget-state", nb=nbformat.writes(nb), expected=expected_scores())]

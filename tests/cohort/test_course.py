@@ -19,14 +19,15 @@ from pathlib import Path
 import pytest
 
 from src import course
-from src.grading import UNSAFE_ENV
+from src.grading import KEPT_CELL_METADATA, KEPT_TAGS, UNSAFE_ENV
+from tests.cohort import attacks
 from tests.cohort.build import attack_cases, hostile_cases, mistake_cases, write_submissions
 from tests.notebook_utils import LESSON, ROOT
 
 pytestmark = pytest.mark.cohort
 TIMEOUT = 30  # the default; a loaded CI machine must not time out an honest cell
 # A small class: the hostile cohort (make test-cohort) grades the rest.
-NAMES = {"correct", "not-json", "mistake-softmax_wrong_axis", "forge-formatter"}
+NAMES = {"correct", "not-json", "mistake-softmax_wrong_axis", "forge-formatter", "widget-state"}
 #: What the kernel must never hold, nor feedback show: hidden tests, the export plumbing.
 HIDDEN = ("BEGIN HIDDEN TESTS", "strict=True", "importlib.reload", "verify').export(")
 
@@ -43,6 +44,7 @@ def graded(tmp_path_factory):
     sequential = tmp_path_factory.mktemp("sequential") / "course"
     shutil.copytree(root, sequential)
     report = course.grade(jobs=2, timeout=TIMEOUT)
+    course.feedback()
     yield root, sequential, cases, report
     mp.undo()
 
@@ -83,8 +85,8 @@ def test_report_names_the_broken_submission(graded):
     *_, report = graded
     assert [r.student for r in report.failed] == ["not-json"]
     assert report.failed[0].error
-    assert report.summary().startswith("graded 4 submissions in ")
-    assert "3 ok, 1 failed" in report.summary()
+    assert report.summary().startswith("graded 5 submissions in ")
+    assert "4 ok, 1 failed" in report.summary()
     scores = {r.student: r.score for r in report.results}
     assert scores["correct"] == 9.0 and scores["forge-formatter"] == 7.0
     assert "forge-formatter (shown 9/9, verified 7/9)" in report.summary()
@@ -97,7 +99,6 @@ def page_text(path):
 
 def test_feedback_shows_the_trusted_score_and_nothing_hidden(graded):
     root, *_ = graded
-    course.feedback()
     for student in ("correct", "forge-formatter"):
         autograded = (root / "autograded" / student / course.ASSIGNMENT
                       / "lesson.ipynb").read_text()
@@ -107,6 +108,40 @@ def test_feedback_shows_the_trusted_score_and_nothing_hidden(graded):
             assert secret not in autograded and secret not in text, (student, secret)
     text = page_text(root / "feedback" / "forge-formatter" / course.ASSIGNMENT / "lesson.html")
     assert "[FAIL] Cell 5" in text  # the verified result, not the one the kernel showed
+
+
+def test_student_metadata_is_dropped_and_grading_metadata_kept(graded):
+    """Issue 20: widget state with active HTML in the notebook's and every cell's metadata, a
+    widget the kernel makes while graded, unknown keys, a tag and an SVG attachment carrying
+    the same payload: none of it reaches autograded/ or the feedback page; nbgrader's cell
+    metadata, the kernelspec, language_info and the lesson's tags stay, with the scores."""
+    root, *_ = graded
+    student = "widget-state"
+    nb = json.loads((root / "autograded" / student / course.ASSIGNMENT
+                     / "lesson.ipynb").read_text())
+    page = (root / "feedback" / student / course.ASSIGNMENT / "lesson.html").read_text()
+    for where, text in (("autograded", json.dumps(nb)), ("feedback", page),
+                        ("feedback, unescaped", html.unescape(page))):
+        assert attacks.METADATA_MARKER not in text, where
+        for mime in ("widget-state+json", "widget-view+json", "image/svg+xml"):
+            assert mime not in text, (where, mime)
+    assert set(nb["metadata"]) == {"kernelspec", "language_info"}
+    for cell in nb["cells"]:
+        assert set(cell["metadata"]) <= KEPT_CELL_METADATA and "attachments" not in cell
+        assert set(cell["metadata"].get("tags", [])) <= KEPT_TAGS, cell["metadata"]
+    release = json.loads((root / "release" / course.ASSIGNMENT / "lesson.ipynb").read_text())
+    nbgrader = {c["id"]: c["metadata"]["nbgrader"] for c in release["cells"]
+                if "nbgrader" in c["metadata"]}
+    assert {c["id"]: c["metadata"]["nbgrader"] for c in nb["cells"]
+            if "nbgrader" in c["metadata"]} == nbgrader
+    tags = {c["id"]: c["metadata"].get("tags") for c in nb["cells"]}
+    assert tags["cell5_scores"] == ["raises-exception"]
+    case = next(c for c in graded[2] if c["name"] == student)
+    scores = course.per_cell_scores()[student]
+    assert {g: auto for g, (auto, _, _) in scores.items()} == case["expected"]
+    assert sum(case["expected"].values()) == 9.0
+    assert "Score: 9" in page_text(root / "feedback" / student / course.ASSIGNMENT
+                                  / "lesson.html")
 
 
 def test_unsafe_grading_says_so_and_still_scores_outside_the_kernel(graded, monkeypatch):

@@ -359,6 +359,14 @@ attempt("exp of log_softmax", expect={"softmax": "uses_builtin_softmax"},
         softmax=SM + "    return torch.log_softmax(x, dim=dim).exp()")
 attempt("nn.Softmax module", expect={"softmax": "uses_builtin_softmax"},
         same_idea_as="torch.softmax inside", softmax=SM + "    return torch.nn.Softmax(dim)(x)")
+attempt("scaled_dot_product_attention with the scores as its mask",
+        expect={"softmax": "softmax_not_allowed_op"}, same_idea_as="torch.softmax inside",
+        softmax=SM + """\
+    xt = x.movedim(dim, -1)  # (..., n): every slice along dim becomes a row
+    n = xt.shape[-1]
+    q, k = torch.zeros(*xt.shape[:-1], 1), torch.zeros(*xt.shape[:-2], n, 1)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, torch.eye(n), attn_mask=xt)
+    return out.movedim(-1, dim)""")
 attempt("complex exponentials", expect={"softmax": "bad_output",
                                         "attention_weights": "bad_type"},
         by_design=AFTER_6, softmax=SM + """\

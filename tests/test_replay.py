@@ -191,6 +191,101 @@ def test_softmax_evasions_lose_the_softmax_point(name, body, mistake):
     assert cells  # (the other cells stay the reference's)
 
 
+#: Softmaxes with the right values on every probe, made by a built-in that holds a softmax
+#: (or by an operation a softmax written by hand does not need), as students write them.
+OTHER_BUILTINS = {
+    "scaled_dot_product_attention, the scores as its mask": ("""\
+    xt = x.movedim(dim, -1)  # (..., n): softmax over the last axis
+    n = xt.shape[-1]
+    q, k = torch.zeros(*xt.shape[:-1], 1), torch.zeros(*xt.shape[:-2], n, 1)
+    out = F.scaled_dot_product_attention(q, k, torch.eye(n), attn_mask=xt)
+    return out.movedim(-1, dim)""", "scaled_dot_product_attention"),
+    "scaled_dot_product_attention on identity keys and values": ("""\
+    xt = x.movedim(dim, -1)
+    n = xt.shape[-1]
+    eye = torch.eye(n)
+    ok = ~torch.isinf(xt)
+    q = torch.where(ok, xt, torch.zeros_like(xt))
+    out = F.scaled_dot_product_attention(q, eye, eye, attn_mask=ok, scale=1.0)
+    return out.movedim(-1, dim)""", "scaled_dot_product_attention"),
+    "a sigmoid against the rest of the slice": ("""\
+    m = x.amax(dim, keepdim=True)
+    m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    e = torch.exp(x - m)
+    rest = e.sum(dim, keepdim=True) - e
+    return torch.nan_to_num(torch.sigmoid(x - m - torch.log(rest)))""", "torch.sigmoid"),
+    "exp minus logcumsumexp's last entry": ("""\
+    n = x.shape[dim]
+    total = torch.logcumsumexp(x, dim).narrow(dim, n - 1, 1)
+    return torch.nan_to_num(torch.exp(x - total))""", "torch.logcumsumexp"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_BUILTINS))
+def test_a_softmax_made_by_another_builtin_loses_the_softmax_point(name):
+    """Issue 20: the allow-list of lesson.SOFTMAX_OPS, not a list of built-ins, decides.
+    Each of these has the right values (and gradient), and passed before it."""
+    body, named = OTHER_BUILTINS[name]
+    cell = "import torch.nn.functional as F\n\n" + SOFTMAX.format(body=body)
+    answer = grading.replay_notebook(with_cells(SOLVED, {"cell6_softmax": cell}))
+    results = verify.judge_replay("cell6_softmax_test", answer["cell6_softmax"],
+                                  strict=True).results
+    softmax, weights = results
+    assert softmax.score == 0.0 and softmax.mistake == "softmax_not_allowed_op", str(softmax)
+    assert named in softmax.message and "exp" in softmax.message, softmax.message
+    assert weights.score == weights.max_score, str(weights)  # (charged once, in the function)
+
+
+#: Right softmaxes written with the allowed operations only: they keep the point.
+ALLOWED = {
+    "e ** x and clamp": """\
+    m = x.amax(dim=dim, keepdim=True).clamp(min=-1e30)
+    e = math.e ** (x - m)
+    return e / e.sum(dim=dim, keepdim=True).clamp_min(1e-30)""",
+    "a loop over the slices": """\
+    cols = x.movedim(dim, -1)
+    flat = cols.reshape(-1, cols.shape[-1])
+    out = []
+    for row in flat:
+        m = row.max()
+        e = torch.exp(row - m) if torch.isfinite(m) else torch.zeros_like(row)
+        out.append(e / e.sum() if e.sum() > 0 else e)
+    return torch.stack(out).reshape(cols.shape).movedim(-1, dim)""",
+    "float64, in place on a clone, masked_fill": """\
+    y = x.double().clone()
+    m = y.max(dim=dim, keepdim=True)[0]
+    y -= m.masked_fill(torch.isneginf(m), 0.0)
+    y.exp_()
+    return torch.nan_to_num(y / y.sum(dim, keepdim=True)).to(x.dtype)""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ALLOWED))
+def test_a_softmax_of_allowed_operations_keeps_its_point(name):
+    cell = SOFTMAX.format(body=ALLOWED[name])
+    got = grades(with_cells(SOLVED, {"cell6_softmax": cell}))
+    assert got["cell6_softmax_test"] == 3.0, name
+
+
+def test_weights_made_by_scaled_dot_product_attention_beside_your_softmax_lose_half():
+    """The apply line's graph is read with the same allow-list: weights from
+    F.scaled_dot_product_attention, beside a right softmax, are not from it."""
+    cells = {c.metadata["nbgrader"]["grade_id"]: c.source for c in SOLVED.cells
+             if c.metadata.get("nbgrader", {}).get("solution")}
+    own = cells["cell6_softmax"].split("attention_weights =")[0]
+    cell = own + (
+        "n = attention_scores.shape[-1]\n"
+        "attention_weights = torch.nn.functional.scaled_dot_product_attention(\n"
+        "    torch.zeros(1, n, 1), torch.zeros(1, n, 1), torch.eye(n),"
+        " attn_mask=attention_scores)\n")
+    answer = grading.replay_notebook(with_cells(SOLVED, {"cell6_softmax": cell}))
+    softmax, weights = verify.judge_replay("cell6_softmax_test", answer["cell6_softmax"],
+                                           strict=True).results
+    assert softmax.score == 1.0, str(softmax)
+    assert weights.mistake == "weights_not_from_your_softmax", str(weights)
+    assert weights.score == 1.0 and "scaled_dot_product_attention" in weights.message
+
+
 def test_a_cell_that_kills_the_replay_costs_only_its_own_step():
     """A step cell that kills every process it can (the server included) scores 0 for
     that step; the other steps and the next submission are graded."""

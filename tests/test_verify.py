@@ -2,6 +2,7 @@
 observe/judge split (data only, never raising), readable messages, the CLI."""
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -260,6 +261,123 @@ def test_the_softmax_probes():
     assert named(lambda x, dim=-1: x.numpy()) == "numpy_of_grad_tensor"
 
 
+#: Code that makes each autograd node the lesson's softmax allow-list names (torch 2.13):
+#: the list is checked against what torch really records, not guessed.
+ALLOWED_NODE_CODE = {
+    "ExpBackward0": lambda x: torch.exp(x), "PowBackward2": lambda x: math.e ** x,
+    "PowBackward1": lambda x: torch.pow(torch.tensor(math.e), x),
+    "AmaxBackward0": lambda x: x.amax(-1, keepdim=True),
+    "MaxBackward0": lambda x: x.max(dim=-1, keepdim=True).values,
+    "MaxBackward1": lambda x: x.max(), "MaximumBackward0": lambda x: torch.maximum(x, x * 2),
+    "SumBackward0": lambda x: x.sum(), "SumBackward1": lambda x: x.sum(-1, keepdim=True),
+    "LogsumexpBackward0": lambda x: torch.logsumexp(x, -1),
+    "LogBackward0": lambda x: x.exp().log(),
+    "AddBackward0": lambda x: x + 1, "AddBackward1": lambda x: torch.ops.aten.add.Scalar(x, 1),
+    "SubBackward0": lambda x: x - 1, "SubBackward1": lambda x: torch.ops.aten.sub.Scalar(x, 1),
+    "RsubBackward0": lambda x: torch.ops.aten.rsub.Tensor(x, x), "RsubBackward1": lambda x: 1 - x,
+    "NegBackward0": lambda x: -x, "AbsBackward0": lambda x: x.abs(),
+    "MulBackward0": lambda x: x * 2, "MulBackward1": lambda x: torch.ops.aten.mul.Scalar(x, 2),
+    "DivBackward0": lambda x: x / 2, "DivBackward1": lambda x: torch.ops.aten.div.Scalar(x, 2),
+    "DivBackward2": lambda x: torch.div(x, 2, rounding_mode=None),
+    "ReciprocalBackward0": lambda x: x.reciprocal(),
+    "WhereBackward0": lambda x: torch.where(torch.isneginf(x), 0.0, x),
+    "MaskedFillBackward0": lambda x: x.masked_fill(x > 0, 0.0),
+    "MaskedFillBackward1": lambda x: x.masked_fill(x > 0, torch.tensor(0.0)),
+    "IndexPutBackward0": lambda x: _assigned(x, x > 0), "CopySlices": lambda x: _assigned(x, 0),
+    "ClampBackward0": lambda x: x.clamp(min=torch.tensor(-1.0)),
+    "ClampBackward1": lambda x: x.clamp(-1, 1), "ClampMinBackward0": lambda x: x.clamp_min(-1),
+    "ClampMinBackward1": lambda x: x.clamp_min(torch.tensor(-1.0)),
+    "ClampMaxBackward0": lambda x: x.clamp_max(1),
+    "ClampMaxBackward1": lambda x: x.clamp_max(torch.tensor(1.0)),
+    "NanToNumBackward0": lambda x: torch.nan_to_num(x), "ViewBackward0": lambda x: x.view(-1),
+    "ReshapeAliasBackward0": lambda x: x.movedim(-1, 0).reshape(5, -1),
+    "UnsafeViewBackward0": lambda x: x.mT.reshape(-1), "UnsqueezeBackward0": lambda x: x[None],
+    "SqueezeBackward0": lambda x: x[None].squeeze(),
+    "SqueezeBackward1": lambda x: x[None].squeeze(0),
+    "SqueezeBackward2": lambda x: x[None].squeeze((0,)),
+    "ExpandBackward0": lambda x: x.amax(-1, keepdim=True).expand_as(x),
+    "TransposeBackward0": lambda x: x.transpose(0, 1),
+    "TransposeBackward1": lambda x: x.clone().transpose_(0, 1),
+    "PermuteBackward0": lambda x: x.movedim(-1, 0), "TBackward0": lambda x: x[0].t(),
+    "AliasBackward0": lambda x: x[...], "RepeatBackward0": lambda x: x.repeat(1, 1, 2),
+    "SelectBackward0": lambda x: x[..., 0], "SliceBackward0": lambda x: x[..., 1:],
+    "IndexBackward0": lambda x: x[x > 0], "UnbindBackward0": lambda x: x.unbind(-1)[0],
+    "SplitBackward0": lambda x: x.split(2, -1)[0],
+    "SplitWithSizesBackward0": lambda x: x.split([2, 3], -1)[0],
+    "StackBackward0": lambda x: torch.stack([x, x]), "CatBackward0": lambda x: torch.cat([x, x]),
+    "CloneBackward0": lambda x: x.clone(), "ToCopyBackward0": lambda x: x.double(),
+    "CopyBackwards": lambda x: torch.empty_like(x).copy_(x),
+}
+
+
+def _assigned(x, where):
+    y = x.clone()
+    y[where] = 0.0
+    return y
+
+
+def _nodes(fn):
+    """The class names of the autograd nodes ``fn`` adds to a probe-like input."""
+    from src.checks import observe
+
+    x = torch.randn(2, 3, 5).requires_grad_() / 1.0
+    return observe._graph_calls(fn(x), torch, x.grad_fn)[1]
+
+
+def test_the_softmax_allow_list_names_the_nodes_torch_records():
+    """Every node of lesson.SOFTMAX_OPS is made by the operation it stands for here; the
+    allow-list holds nothing else (but the leaf a tensor made inside ends in)."""
+    from src.checks import lesson
+
+    for node, fn in ALLOWED_NODE_CODE.items():
+        made = _nodes(fn)
+        assert node in made and made <= lesson.SOFTMAX_ALLOWED, (node, made)
+    assert set(ALLOWED_NODE_CODE) | {"AccumulateGrad"} == lesson.SOFTMAX_ALLOWED
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "; ".join(lesson.SOFTMAX_OPS) in readme  # README states the list as it is
+
+
+RIGHT_SOFTMAXES = {
+    "e ** x and clamp": """
+    m = x.amax(dim=dim, keepdim=True).clamp(min=-1e30)
+    e = math.e ** (x - m)
+    return e / e.sum(dim=dim, keepdim=True).clamp_min(1e-30)""",
+    "a loop over the slices, stacked": """
+    rows = []
+    for row in x.movedim(dim, 0).reshape(x.shape[dim], -1).unbind(-1):
+        m = row.max()
+        m = m if torch.isfinite(m) else torch.zeros_like(m)
+        e = (row - m).exp()
+        s = e.sum()
+        rows.append(e / s if s > 0 else e * 0)
+    out = torch.stack(rows, -1)
+    return out.reshape(x.movedim(dim, 0).shape).movedim(0, dim)""",
+    "float64, max values, masked_fill and nan_to_num": """
+    y = x.double()
+    m = torch.max(y, dim=dim, keepdim=True).values
+    e = torch.exp(y - m.masked_fill(torch.isinf(m), 0))
+    return torch.nan_to_num(e / e.sum(dim, keepdim=True)).float()""",
+    "in place on a clone, reciprocal": """
+    y = x.clone()
+    m = y.amax(dim, keepdim=True)
+    m[torch.isneginf(m)] = 0
+    y.sub_(m).exp_()
+    return y * y.sum(dim, keepdim=True).reciprocal().nan_to_num(0, 0, 0)""",
+    "logsumexp with a guard": """
+    lse = torch.logsumexp(x, dim=dim, keepdim=True)
+    lse = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)
+    return torch.exp(x - lse)""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(RIGHT_SOFTMAXES))
+def test_right_softmaxes_use_only_allowed_operations(name):
+    scope = {"torch": torch, "math": math}
+    exec("def softmax(x, dim=-1):" + RIGHT_SOFTMAXES[name], scope)  # noqa: S102
+    res = verify.check_softmax(scope["softmax"])
+    assert res.passed and res.score == 1.0, res.message
+
+
 def test_a_cell_that_raised_half_way_is_reported_with_what_the_name_holds():
     typo = {"cell5_scores": [(SCALE, "attention_scores = raw_scores / math.sqrt(dk)")]}
     results, _, _ = run_graded(typo)
@@ -482,7 +600,8 @@ KEYS = sorted({k for d in (verify.observe(g, {}) for g in verify.GRADE_CELLS) fo
     f"t.{n}.{f}" for n in verify.SHAPES for f in ("info", "values", "shape", "made_by")} | {
     f"softmax.p{i}.{f}" for i in range(9) for f in ("raised", "mutated", "out.values",
                                                     "out.info", "out.shape")} |
-    {"softmax.info", "softmax.calls", "softmax.error", "error", "cell.raised", "cell.ran"})
+    {"softmax.info", "softmax.calls", "softmax.nodes", "softmax.error", "error", "cell.raised",
+     "cell.ran"})
 ARRAYS = st.one_of(
     st.builds(np.array, st.one_of(st.integers(-10, 10), st.floats(allow_nan=True),
                                   st.text(max_size=8), st.booleans())),

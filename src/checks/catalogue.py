@@ -279,10 +279,16 @@ _m("uses_builtin_softmax", "softmax", "the softmax calls a built-in softmax",
    "task is to build it from torch.exp",
    "write it yourself: subtract the row max, torch.exp, divide by the row sums",
    kind="builtin")
+_m("softmax_not_allowed_op", "softmax", "the softmax uses an operation it may not",
+   "its output's autograd graph holds an operation a softmax written by hand does not need: "
+   "a built-in that normalises for you (scaled_dot_product_attention, MultiheadAttention, "
+   "sigmoid, ...) is not your own softmax",
+   "build it only from the operations listed below: shift by the max, exp, sum, divide",
+   kind="not_allowed")
 _m("weights_not_from_your_softmax", "attention_weights",
    "the weights come from a built-in softmax, not from yours",
-   "the line that makes attention_weights calls torch.softmax (or F.softmax) instead of "
-   "the softmax you wrote above it",
+   "the line that makes attention_weights calls a built-in (torch.softmax, F.softmax, "
+   "F.scaled_dot_product_attention, ...) instead of the softmax you wrote above it",
    "call your own function: attention_weights = softmax(attention_scores, dim=-1)",
    kind="builtin_weights", cost=HALF)
 _m("softmax_shadowed", "softmax", "`softmax` was overwritten by a tensor",

@@ -33,6 +33,8 @@ from src.checks.lesson import (
     NAMES,
     POINTS,
     SHAPES,
+    SOFTMAX_ALLOWED,
+    SOFTMAX_OPS,
     STRICT_TOL,
     TOL,
     _chain,
@@ -959,8 +961,12 @@ def _judge_tensors(step, r, strict, cell):
     inputs = [views[n] for n in names.upstream]
     findings = [(n, _judge_output(step, n, views[n], contexts, strict, inputs, cell))
                 for n in names.outputs]
-    builtin = [_NODE_LABELS[n] for n in views[names.outputs[0]].graph if n in _NODE_LABELS]
+    # (the replay's scores are a DivBackward0 of a leaf: allowed, like every node of a
+    # softmax written by hand)
+    builtin = [_node_label(n) for n in views[names.outputs[0]].graph
+               if n not in SOFTMAX_ALLOWED]
     own_builtin = [c for c in r.strings("softmax.calls") if c.split(".")[-1] in BUILTIN_SOFTMAX]
+    own_builtin += _not_allowed(r)
     if step == "attention_weights" and builtin and not own_builtin and \
             not findings[0][1].failed:  # (a softmax that calls it is charged there, once)
         findings[0][1].costs.append(("weights_not_from_your_softmax", "the autograd graph "
@@ -1067,6 +1073,35 @@ def _probe_seen(probe, out, error, line):
             f"of {_fmt(probe.expected)}.")
 
 
+#: Readable names of autograd nodes a student meets (others: the node's own name).
+_READABLE_NODES = {
+    "SafeSoftmaxBackward0": "torch._safe_softmax (what F.scaled_dot_product_attention runs)",
+    "MmBackward0": "a matrix product (@, mm)", "BmmBackward0": "a matrix product (@, bmm)",
+}
+
+
+def _node_label(node):
+    """How a message names the operation that left autograd node ``node``."""
+    if node in _NODE_LABELS:
+        return _NODE_LABELS[node]
+    if node in _READABLE_NODES:
+        return _READABLE_NODES[node]
+    if node.startswith("ScaledDotProduct"):
+        return f"F.scaled_dot_product_attention ({node})"
+    plain = re.fullmatch(r"([A-Z][A-Za-z0-9]*?)Backwards?\d*", node)  # SigmoidBackward0
+    if not plain:
+        return node
+    return "torch." + re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", plain.group(1)).lower()
+
+
+def _not_allowed(r):
+    """The nodes in the graphs of the softmax's outputs on the probes that no operation of
+    :data:`SOFTMAX_OPS` makes."""
+    other = [n for n in r.strings("softmax.nodes") if n not in SOFTMAX_ALLOWED]
+    # the one that computes a softmax first: the message names it
+    return sorted(other, key=lambda n: not re.search("Softmax|ScaledDotProduct", n))
+
+
 _SOFTMAX_OK = ("Your softmax matches torch.softmax on every probe: ordinary rows, rows far "
                "apart, logits of ±1e4, masked (-inf) keys, a fully masked row (zeros) and "
                "every dim, without changing its input.")
@@ -1155,6 +1190,14 @@ def _softmax_verdict(r, strict, cell):
         return ("softmax_leaves_autograd", f"on {probes[left[0]].shown}, an input that "
                 "requires grad like the lesson's scores, it returned a tensor that does not.")
     if not wrong:  # (no precision item: float32 rounds logits of 1e4 to 1e-3)
+        # Right values from an operation a softmax written by hand does not need: a
+        # built-in that holds a softmax (wrong values are named by what they are instead).
+        other = _not_allowed(r)
+        if other:
+            return ("softmax_not_allowed_op", f"your softmax's autograd graph holds "
+                    f"{_listing([_node_label(n) for n in other[:2]])}. A "
+                    "softmax written by hand needs only: "
+                    f"{'; '.join(SOFTMAX_OPS)}.")
         if weights.grad_error and weights.real is not None and _close(
                 weights.real, _reference()["attention_weights"]):
             return ("backward_fails", "the weights your softmax made are right, but their "

@@ -93,6 +93,39 @@ LIMITS = dict(total_bytes=int(3.5 * 2**20), array_bytes=1 * 2**20, export_bytes=
 #: Partial credit: the share of a step's points that a shortfall costs.
 HALF = 0.5
 
+#: The operations a hand-written softmax may use, each with the autograd nodes it leaves in
+#: its output's graph (torch 2.13; tests/test_verify.py makes every node from the code named
+#: here). Any other node between a softmax's output and its input costs the softmax's point:
+#: a built-in that holds a softmax (F.scaled_dot_product_attention, nn.MultiheadAttention,
+#: sigmoid, logcumsumexp, ...) is not one the student wrote. The one place for this list:
+#: the judge, the kernel side and README's rule read it.
+SOFTMAX_OPS: dict[str, tuple[str, ...]] = {
+    "exp (or e ** x)": ("ExpBackward0", "PowBackward1", "PowBackward2"),
+    "max, amax, maximum": ("AmaxBackward0", "MaxBackward0", "MaxBackward1", "MaximumBackward0"),
+    "sum": ("SumBackward0", "SumBackward1"),
+    "logsumexp, log": ("LogsumexpBackward0", "LogBackward0"),
+    "+ - * / abs reciprocal": (
+        "AddBackward0", "AddBackward1", "SubBackward0", "SubBackward1", "RsubBackward0",
+        "RsubBackward1", "NegBackward0", "AbsBackward0", "MulBackward0", "MulBackward1",
+        "DivBackward0", "DivBackward1", "DivBackward2", "ReciprocalBackward0"),
+    "where, masked_fill, clamp, nan_to_num": (
+        "WhereBackward0", "MaskedFillBackward0", "MaskedFillBackward1", "IndexPutBackward0",
+        "CopySlices", "ClampBackward0", "ClampBackward1", "ClampMinBackward0",
+        "ClampMinBackward1", "ClampMaxBackward0", "ClampMaxBackward1", "NanToNumBackward0"),
+    "views, indexing, stack, cat, clone, .to()": (
+        "ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0", "UnsqueezeBackward0",
+        "SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2", "ExpandBackward0",
+        "TransposeBackward0", "TransposeBackward1", "PermuteBackward0", "TBackward0",
+        "AliasBackward0", "RepeatBackward0", "SelectBackward0", "SliceBackward0",
+        "IndexBackward0", "UnbindBackward0", "SplitBackward0", "SplitWithSizesBackward0",
+        "StackBackward0", "CatBackward0", "CloneBackward0", "ToCopyBackward0",
+        "CopyBackwards"),
+}
+#: Every node :data:`SOFTMAX_OPS` allows, and the leaf a tensor made inside the function
+#: ends in (not an operation).
+SOFTMAX_ALLOWED = frozenset(n for nodes in SOFTMAX_OPS.values() for n in nodes) | {
+    "AccumulateGrad"}
+
 
 # ------------------------------------------------------------------ helpers
 def _swap(a):

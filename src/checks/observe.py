@@ -17,7 +17,16 @@ from typing import Mapping
 
 import numpy as np
 
-from src.checks.lesson import CELL_NUMBER, GRADE_CELLS, LIMITS, NAMES, _probes, _shipped, _short
+from src.checks.lesson import (
+    CELL_NUMBER,
+    GRADE_CELLS,
+    LIMITS,
+    NAMES,
+    SOFTMAX_ALLOWED,
+    _probes,
+    _shipped,
+    _short,
+)
 
 _MISSING = object()
 
@@ -206,22 +215,25 @@ def _observe_softmax(fn, budget, out):
     import torch
 
     code = getattr(fn, "__code__", None)
-    calls = set()
+    calls, nodes = set(), set()
     # The probes are tiny: intra-op threads only add their wake-ups, which on a loaded
     # machine made each torch op 100x slower (measured). Restored below.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        _probe_all(fn, torch, code, calls, budget, out)
+        _probe_all(fn, torch, code, calls, nodes, budget, out)
     finally:
         torch.set_num_threads(threads)
-    # the built-in softmaxes first, so that the cap on names never drops them
+    # the built-in softmaxes (and the nodes the judge does not allow) first, so that the
+    # cap on names never drops them
     out["softmax.calls"] = _str_list(sorted(calls, key=lambda c: (
         c.split(".")[-1] not in BUILTIN_SOFTMAX, c)))
+    out["softmax.nodes"] = _str_list(sorted(nodes, key=lambda n: (n in SOFTMAX_ALLOWED, n)))
 
 
-def _probe_all(fn, torch, code, calls, budget, out):
-    """softmax(x, dim=...) on each probe: its output or error, whether x changed, its calls."""
+def _probe_all(fn, torch, code, calls, nodes, budget, out):
+    """softmax(x, dim=...) on each probe: its output or error, whether x changed, its calls
+    and the autograd nodes between its output and x."""
     import contextlib
     import io
     import warnings
@@ -254,30 +266,36 @@ def _probe_all(fn, torch, code, calls, budget, out):
             out[key + "mutated"] = np.array(True)
         if type(result) is torch.Tensor and not result.requires_grad:  # left autograd
             out[key + "detached"] = np.array(True)
-        calls.update(_graph_calls(result, torch))
+        found, names = _graph_calls(result, torch, x.grad_fn)
+        calls.update(found)
+        nodes.update(names)
         if not error:
             _observe_object(key + "out", result, budget, out)
 
 
-def _graph_calls(result, torch, limit=256):
-    """Labels of the built-in softmaxes in ``result``'s autograd graph."""
-    found = set()
+def _graph_calls(result, torch, stop=None, limit=None):
+    """(labels of the built-in softmaxes, class names of all nodes) in ``result``'s
+    autograd graph, read back to ``stop`` (the input's own node, not the function's)."""
+    found, names = set(), set()
     try:
         if type(result) is not torch.Tensor or result.grad_fn is None:
-            return found
+            return found, names
         seen, stack = set(), [result.grad_fn]
-        while stack and len(seen) < limit:
+        # (a hand-written loop makes many nodes: read them all, up to the graph limit)
+        while stack and len(seen) < (limit or LIMITS["graph_nodes"]):
             node = stack.pop()
-            if node is None or id(node) in seen:
+            if node is None or node is stop or id(node) in seen:
                 continue
             seen.add(id(node))
-            label = _NODE_LABELS.get(type(node).__name__)
+            name = type(node).__name__
+            names.add(name)
+            label = _NODE_LABELS.get(name)
             if label:
                 found.add(label)
             stack.extend(n for n, _ in (node.next_functions or ()))
     except Exception:  # noqa: BLE001  (a student's object)
         pass
-    return found
+    return found, names
 
 
 def _observe_cell(grade_id, out):
@@ -367,7 +385,9 @@ def observe(grade_id: str, namespace: Mapping) -> dict:
       (int64); ``t.N.made_by`` (labels such as "q_proj.weight" of the
       parameters in its autograd graph; only when it requires grad);
     - Cell 6: ``softmax.info`` (and the tensor keys if it is one),
-      ``softmax.calls`` (the torch functions called inside it, on any probe),
+      ``softmax.calls`` (the built-in softmaxes in its outputs' autograd graphs, on
+      any probe), ``softmax.nodes`` (the class names of every node in those graphs
+      back to the input, those outside ``SOFTMAX_ALLOWED`` first),
       and per probe ``i`` (see ``_probes``): ``softmax.p{i}.out.*`` (what it
       returned, as above), ``softmax.p{i}.raised`` ([error text, line]; only
       when it raised) and ``softmax.p{i}.mutated`` (only when True);

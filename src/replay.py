@@ -132,9 +132,26 @@ def reference_names(ns: dict) -> dict:
             "attended_values": weights @ value}
 
 
+_PINNED: list = [None]
+
+
 def draw_seed() -> int:
-    """A fresh seed for a second run (from the OS: no state a cell could predict)."""
+    """A fresh seed for a second run (from the OS: no state a cell could predict), or
+    the one :func:`pinned_seed` set in this process."""
+    if _PINNED[0] is not None:
+        return _PINNED[0]
     return int.from_bytes(os.urandom(8), "little") >> 1
+
+
+@contextlib.contextmanager
+def pinned_seed(seed: int | None):
+    """Replays in this process use ``seed`` for their second run (tests that compare two
+    replays' messages). A fork server is a process of its own: it always draws afresh."""
+    old, _PINNED[0] = _PINNED[0], seed
+    try:
+        yield
+    finally:
+        _PINNED[0] = old
 
 
 def variant_x(seed: int) -> np.ndarray:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import verify
 from src import replay
-from tests.corpus import release_setup
+from tests.corpus import SECOND_RUN_SEED, release_setup
 
 HERE = Path(__file__).resolve().parent
 CELL = {"4": "cell4_projections", "5": "cell5_scores", "6": "cell6_softmax",
@@ -36,8 +36,9 @@ def attempts(path=None) -> list[dict]:
 
 def judge_attempt(a: dict) -> dict:
     """{cell number: strict Summary of its grade cell} for one attempt."""
-    answer = replay.replay_in_process({CELL[n]: src for n, src in a["cells"].items()},
-                                      release_setup())
+    with replay.pinned_seed(SECOND_RUN_SEED):
+        answer = replay.replay_in_process({CELL[n]: src for n, src in a["cells"].items()},
+                                          release_setup())
     out = {}
     for n, step in CELL.items():
         gid = replay.STEPS[step][0]

@@ -461,9 +461,10 @@ def replay_step(step: str, source: str, setup: dict, upstream: dict | None = Non
     error, sink = None, io.StringIO()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors: threads only add wake-ups
+    course = set()
     try:
         code = _compile(source, filename)
-        with _quiet(sink):
+        with _quiet(sink), observe.CourseCalls(course, _helper_codes(setup)):
             exec(code, ns)  # noqa: S102  (the student's cell, in its own namespace)
     except BaseException as exc:  # noqa: BLE001  (everything the cell raises is data)
         if isinstance(exc, KeyboardInterrupt):
@@ -481,10 +482,25 @@ def replay_step(step: str, source: str, setup: dict, upstream: dict | None = Non
         data["cell.raised"] = observe._raised(observe._error_text(error), line)
         data["cell.lineno"] = np.array(lineno)
     data.update(_facts(cap, step, ns, inputs, watched, before, source))
+    if course:
+        data["replay.course_code"] = np.array(sorted(course)[:8], dtype=str)
     data.update(own)
     if upstream is None and error is None and step in VARIANT_STEPS:
         data.update(_variant_run(step, code, setup, draw_seed() if seed is None else seed))
     return data
+
+
+def _helper_codes(setup: dict) -> frozenset:
+    """Code objects of the set-up's functions and of its classes' methods: the helpers a
+    step cell may call (show_attention, compare_with_torch_softmax ...)."""
+    codes = set()
+    for v in setup.values():
+        members = vars(v).values() if isinstance(v, type) else (v,)
+        for m in members:
+            m = getattr(m, "__func__", m)  # (static and class methods)
+            if isinstance(m, types.FunctionType):
+                codes.add(m.__code__)
+    return frozenset(codes)
 
 
 class _Official(dict):
@@ -839,6 +855,39 @@ def _paths(roots) -> set:
     return out
 
 
+def _snapshot(paths) -> dict:
+    """{path: (mode, bytes or None for a folder)} of what the set-up left in the scratch
+    places (matplotlib's cache ...), restored after every submission."""
+    out = {}
+    for p in sorted(paths):
+        with contextlib.suppress(OSError):
+            st = os.lstat(p)
+            if os.path.isdir(p) and not os.path.islink(p):
+                out[p] = (st.st_mode & 0o7777, None)
+            elif os.path.isfile(p) and not os.path.islink(p) and st.st_size <= 16 * 2**20:
+                out[p] = (st.st_mode & 0o7777, Path(p).read_bytes())
+    return out
+
+
+def _restore(snapshot: dict):
+    """Put the set-up's files back as they were (a run may have changed or removed one)."""
+    for p, (mode, content) in snapshot.items():  # (sorted: folders before their files)
+        with contextlib.suppress(OSError):
+            if content is None:
+                os.makedirs(p, exist_ok=True)
+            elif not os.path.isfile(p) or os.path.islink(p) or Path(p).read_bytes() != content:
+                if os.path.isdir(p) and not os.path.islink(p):
+                    import shutil
+
+                    shutil.rmtree(p)
+                elif os.path.lexists(p):
+                    os.unlink(p)
+                fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(content)
+            os.chmod(p, mode)
+
+
 def _wipe(roots, keep: set):
     """Remove what runs left in the sandbox's writable places since the set-up, whatever
     its modes (a folder set to 000 is opened up first, then removed with its content)."""
@@ -916,6 +965,7 @@ def serve(setup_path: str, sandboxed: bool):
     digest = setup_digest(setup)
     scratch = [*_SCRATCH, os.getcwd()] if sandboxed else []
     keep = _paths(scratch)
+    kept = _snapshot(keep)
     _send(wfd, {"ready": True})
     while True:
         req = _recv(rfd)
@@ -924,6 +974,7 @@ def serve(setup_path: str, sandboxed: bool):
         answer = _answer(req, setup, sandboxed, (rfd, wfd))
         answer["id"] = req.get("id")  # which request this answers
         _wipe(scratch, keep)  # nothing one submission's runs wrote reaches the next one's
+        _restore(kept)  # ... nor what they changed in the set-up's own files
         if setup_digest(setup) != digest:
             _send(wfd, {"id": req.get("id"), "tampered": "the set-up tensors the server "
                         "hands to every replay changed during this submission's runs"})

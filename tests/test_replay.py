@@ -452,3 +452,59 @@ def test_the_second_runs_inputs_are_drawn_afresh_and_reported():
     assert not np.array_equal(xa, xb)
     seed = int(str(a["cell5_scores"]["variant.seed"]))
     assert np.array_equal(replay.variant_x(seed), xa)
+
+
+# ------------------------------------------------- the course's own code is not yours
+#: The course's replay module, in a kernel or in the grading server (its __main__).
+_R = "(sys.modules.get('src.replay') or sys.modules['__main__'])"
+_REF_SOFTMAX = f"import sys\nreference_softmax = {_R}.reference_softmax\n"
+COURSE_CODE = {
+    "the reference softmax imported as yours": (
+        "cell6_softmax", f"import sys\nsoftmax = {_R}.reference_softmax\n"
+        "attention_weights = softmax(attention_scores, dim=-1)\n"),
+    "a wrapper around it": (
+        "cell6_softmax", _REF_SOFTMAX + "def softmax(x, dim=-1):\n"
+        "    return reference_softmax(x, dim)\n"
+        "attention_weights = softmax(attention_scores, dim=-1)\n"),
+    "found through a set-up helper's globals, the profiler turned off": (
+        "cell6_softmax", "import sys\n_m = compare_with_torch_softmax.__globals__\n"
+        "def softmax(x, dim=-1):\n    sys.setprofile(None)\n"
+        f"    return {_R}.reference_softmax(x, dim)\n"
+        "attention_weights = softmax(attention_scores, dim=-1)\n"),
+    "Cell 7 from the course's reference chain": (
+        "cell7_values", f"import sys\nattended_values = {_R}"
+        ".reference_names(globals())['attended_values']\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COURSE_CODE))
+def test_the_courses_own_code_earns_nothing(name):
+    """Right on any inputs, with every node allowed, but not the student's code: the
+    course's reference softmax, or its reference chain, run from a step cell."""
+    step, code = COURSE_CODE[name]
+    test_id = replay.STEPS[step][0]
+    got = grades(with_cells(SOLVED, {step: code}))
+    assert got[test_id] < FULL[test_id] and got[test_id] <= FULL[test_id] - 1.0
+    assert {k: v for k, v in got.items() if k != test_id} == {
+        k: v for k, v in FULL.items() if k != test_id}
+
+
+def test_a_file_the_set_up_left_is_restored_before_the_next_submission():
+    """The set-up leaves files in the replay's scratch places (matplotlib's cache): student
+    A appends working code to each it can write; student B's Cell 5 runs whatever code it
+    finds there, and earns nothing (they are restored after every submission)."""
+    mark = "#LEFT:"
+    find = ("import os\n_files = [os.path.join(w, f) for top in ('/tmp', '/dev/shm', '.')\n"
+            "          for w, _, fs in os.walk(top) for f in fs]\n")
+    leave = _cells()["cell5_scores"] + "\n" + find + (
+        "for _p in _files:\n    try:\n        with open(_p, 'a') as _f:\n"
+        f"            _f.write('\\n{mark}s = query @ key.transpose(-2, -1) / 8\\n')\n"
+        "    except Exception:\n        pass\n")
+    grades(with_cells(SOLVED, {"cell5_scores": leave}))
+    take = find + ("attention_scores = None\nfor _p in _files:\n    try:\n"
+                   "        for _line in open(_p, errors='replace'):\n"
+                   f"            if _line.startswith('{mark}'):\n"
+                   f"                exec(_line[{len(mark)}:])\n"
+                   "                attention_scores = s\n    except Exception:\n"
+                   "        pass\n")
+    assert grades(with_cells(SOLVED, {"cell5_scores": take}))["cell5_scores_test"] == 0.0

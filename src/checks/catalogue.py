@@ -285,6 +285,11 @@ _m("softmax_not_allowed_op", "softmax", "the softmax uses an operation it may no
    "sigmoid, ...) is not your own softmax",
    "build it only from the operations listed below: shift by the max, exp, sum, divide",
    kind="not_allowed")
+_m("softmax_runs_course_code", "softmax", "the softmax runs the course's own code",
+   "the function runs code that ships with the course (its reference softmax, its library): "
+   "then none of it is yours, whatever its operations",
+   "write the function's body yourself in this cell, from tensor operations",
+   kind="course_code")
 _m("weights_not_from_your_softmax", "attention_weights",
    "the weights come from a built-in softmax, not from yours",
    "the line that makes attention_weights calls a built-in (torch.softmax, F.softmax, "
@@ -472,6 +477,11 @@ _m("values_first", "attended_values", "the values on the left of the product",
    shows="valueᵀ @ attention_weightsᵀ, shape [1, 64, 6]")
 
 # Any step: facts, shapes, dtypes and errors.
+_m("runs_course_code", "any", "the cell runs the course's own code for its result",
+   "the cell calls a function that ships with the course (its reference, its library), "
+   "other than the helpers the set-up gives you: the result is not your code's",
+   "compute it in this cell with tensor operations; the course's code is only for checking",
+   kind="course_code")
 _m("lost_batch_dimension", "any", "the batch dimension was lost",
    "the values are right but the leading batch axis of size 1 is gone "
    "(a .squeeze(), [0] or 2-D operation)",

@@ -977,6 +977,13 @@ def _judge_tensors(step, r, strict, cell):
         for n, f in findings:
             if not f.failed:
                 f.mistake, f.seen = _variant_verdict(step, n, r) or (None, "")
+    course = r.strings("replay.course_code")
+    if course and not findings[0][1].failed and not (
+            step == "attention_weights" and r.strings("softmax.course_code")):
+        # (a softmax that runs it is charged there, once)
+        findings[0][1].mistake = "runs_course_code"
+        findings[0][1].seen = (f"your Cell {cell.number} calls {course[0]}, which ships with "
+                               "the course.")
     for n, f in findings:  # unnamed, but the formula applied to degenerate inputs
         arr = views[n].real
         named = f.message or (f.mistake in MISTAKES and MISTAKES[f.mistake].kind == "behaviour")
@@ -1148,6 +1155,10 @@ def _softmax_verdict(r, strict, cell):
     builtin = list(dict.fromkeys(c for c in calls if c.split(".")[-1] in BUILTIN_SOFTMAX))
     if builtin:
         return "uses_builtin_softmax", f"your softmax calls {', '.join(builtin)}."
+    course = r.strings("softmax.course_code")
+    if course:
+        return ("softmax_runs_course_code", f"calling your softmax runs {course[0]}, "
+                "which ships with the course.")
     if r.flag("replay.python_node"):
         return ("custom_autograd", "the weights' autograd graph holds a Function of your "
                 "own (a class with forward and backward).")

@@ -29,6 +29,66 @@ from src.checks.lesson import (
 )
 
 _MISSING = object()
+#: The course's own code (the shipped src/ and verify.py beside it): a softmax that runs
+#: any of it (an import of the lesson's reference softmax, a wrapper around it, one of
+#: the set-up's helpers' globals) holds no code of the student's.
+COURSE_ROOT = Path(__file__).resolve().parents[2]
+_COURSE_CODE = (str(COURSE_ROOT / "src") + "/", str(COURSE_ROOT / "verify.py"))
+_SETPROFILE, _GETPROFILE = sys.setprofile, sys.getprofile  # (before any student code)
+
+
+def in_course_code(filename: str) -> bool:
+    """Whether a code object's file is one of the course's own (src/, verify.py)."""
+    return isinstance(filename, str) and filename.startswith(_COURSE_CODE)
+
+
+def course_function(code) -> str:
+    """'src/replay.py: reference_softmax' for a code object of the course's."""
+    rel = Path(code.co_filename).resolve()
+    try:
+        rel = rel.relative_to(COURSE_ROOT)
+    except ValueError:
+        pass
+    return _short(f"{rel}: {code.co_name}", LIMITS["line"])
+
+
+class CourseCalls:
+    """A profile hook, active in a ``with`` block, that records in ``found`` the functions
+    of the course's own code that start running (an import's module body aside).
+
+    ``helpers`` None (a softmax's probe): every one. Else (a whole cell): only those the
+    cell's own code calls, but for ``helpers`` (code objects of the set-up's functions,
+    which a cell may call: what they call in turn is theirs).
+    """
+
+    def __init__(self, found: set, helpers=None):
+        self.found, self.helpers, self.old = found, helpers, None
+
+    def _hook(self, frame, event, arg):
+        code = frame.f_code
+        if event != "call" or code.co_name == "<module>" or code in _OWN or not \
+                in_course_code(code.co_filename):
+            return
+        if self.helpers is not None:
+            back = frame.f_back
+            if code in self.helpers or back is not None and in_course_code(
+                    back.f_code.co_filename):
+                return
+        self.found.add(course_function(code))
+
+    def __enter__(self):
+        self.old = _GETPROFILE()
+        _SETPROFILE(self._hook)
+        return self
+
+    def __exit__(self, *exc):
+        if _GETPROFILE() != self._hook:  # (turned off from inside: what ran is unknown)
+            self.found.add("sys.setprofile (the record of what it calls was turned off)")
+        _SETPROFILE(self.old)
+        return False
+
+
+_OWN = frozenset({CourseCalls.__exit__.__code__})  # (runs while the hook is on)
 
 
 class _Budget:
@@ -215,13 +275,15 @@ def _observe_softmax(fn, budget, out):
     import torch
 
     code = getattr(fn, "__code__", None)
-    calls, nodes = set(), set()
+    calls, nodes, course = set(), set(), set()
+    if in_course_code(getattr(code, "co_filename", None)):  # (an alias of the course's)
+        course.add(course_function(code))
     # The probes are tiny: intra-op threads only add their wake-ups, which on a loaded
     # machine made each torch op 100x slower (measured). Restored below.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        _probe_all(fn, torch, code, calls, nodes, budget, out)
+        _probe_all(fn, torch, code, calls, nodes, budget, out, course)
     finally:
         torch.set_num_threads(threads)
     # the built-in softmaxes (and the nodes the judge does not allow) first, so that the
@@ -229,9 +291,11 @@ def _observe_softmax(fn, budget, out):
     out["softmax.calls"] = _str_list(sorted(calls, key=lambda c: (
         c.split(".")[-1] not in BUILTIN_SOFTMAX, c)))
     out["softmax.nodes"] = _str_list(sorted(nodes, key=lambda n: (n in SOFTMAX_ALLOWED, n)))
+    if course:
+        out["softmax.course_code"] = _str_list(sorted(course))
 
 
-def _probe_all(fn, torch, code, calls, nodes, budget, out):
+def _probe_all(fn, torch, code, calls, nodes, budget, out, course):
     """softmax(x, dim=...) on each probe: its output or error, whether x changed, its calls
     and the autograd nodes between its output and x."""
     import contextlib
@@ -250,7 +314,8 @@ def _probe_all(fn, torch, code, calls, nodes, budget, out):
             with warnings.catch_warnings(), contextlib.redirect_stdout(sink), \
                     contextlib.redirect_stderr(sink):
                 warnings.simplefilter("ignore")
-                result = fn(x, dim=probe.dim)
+                with CourseCalls(course):
+                    result = fn(x, dim=probe.dim)
         except BaseException as exc:  # noqa: BLE001
             if isinstance(exc, KeyboardInterrupt):
                 raise

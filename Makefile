@@ -68,8 +68,9 @@ bench: $(STAMP)  ## speed and memory figures, as ratios against references
 	$(PY) -m benchmarks.bench_attention
 	$(PY) -m benchmarks.bench_lesson
 
-bench-grade: $(STAMP)  ## 24 submissions: parallel grading vs sequential nbgrader autograde
+bench-grade: $(STAMP)  ## 24 submissions: parallel grading vs sequential nbgrader autograde; a looper's cost to its class
 	$(PY) -m benchmarks.bench_grade
+	$(PY) -m benchmarks.bench_isolation
 
 data: $(STAMP)  ## regenerate data/ byte-identically (and data/SHA256SUMS)
 	$(PY) -m src.data

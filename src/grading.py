@@ -576,21 +576,22 @@ def use_slot(slot: int) -> None:
 
 def start_replay_servers(assignment: str = "", slots: int = 1,
                          unsafe: bool | None = None) -> None:
-    """Start one replay server per worker slot, at once (each imports torch: ~5 s)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def start(slot):
-        return replay_server(assignment, unsafe, slot=slot)
-
-    with ThreadPoolExecutor(max(1, slots)) as pool:
-        list(pool.map(start, range(max(1, slots))))
+    """Start one replay server per worker slot, all at once (each imports torch), from
+    this thread (a server dies with the thread that started it)."""
+    started = [replay_server(assignment, unsafe, slot=s, wait=False)
+               for s in range(max(1, slots))]
+    for server in started:
+        if not getattr(server, "ready", True):
+            server.wait_ready()
+            server.ready = True
 
 
 def replay_server(assignment: str = "", unsafe: bool | None = None, fresh: bool = False,
-                  slot: int | None = None):
+                  slot: int | None = None, wait: bool = True):
     """This process's replay fork server for ``assignment`` and worker slot ``slot``
     (default: this process's, see :func:`use_slot`), started on first use; a forked
-    grading worker inherits its parent's."""
+    grading worker inherits its parent's. ``wait=False``: not waited for yet (its
+    ``ready`` is False until :meth:`wait_ready`)."""
     from src.replay import ReplayServer
 
     unsafe = unsafe_requested() if unsafe is None else unsafe
@@ -605,8 +606,8 @@ def replay_server(assignment: str = "", unsafe: bool | None = None, fresh: bool 
             if reason:
                 raise GradingError(f"cannot sandbox the replay: {reason}")
         server = ReplayServer(setup_sources(assignment), shipped_files(assignment),
-                              sandboxed=not unsafe)
-        server.owner = os.getpid()
+                              sandboxed=not unsafe, wait=wait)
+        server.owner, server.ready = os.getpid(), wait
         _REPLAY[key] = server
     return server
 

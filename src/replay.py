@@ -1033,7 +1033,7 @@ class ReplayServer:
     """
 
     def __init__(self, setup_sources, shipped: dict, sandboxed: bool = True,
-                 start_seconds: float = 120.0):
+                 start_seconds: float = 120.0, wait: bool = True):
         from src import sandbox as sb
 
         self.sandboxed, self.owner = sandboxed, os.getpid()
@@ -1055,7 +1055,15 @@ class ReplayServer:
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             cwd=str(self.box.root if sandboxed else self.box.home), env=env,
             pass_fds=(fd,) if fd is not None else ())
-        msg = _recv(self.proc.stdout.fileno(), time.monotonic() + start_seconds)
+        self.start_seconds = start_seconds
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self):
+        """Wait for the server's first message (it has imported torch and run the set-up).
+        Call it from the thread that started it: bwrap dies with that thread
+        (--die-with-parent is the thread's PR_SET_PDEATHSIG)."""
+        msg = _recv(self.proc.stdout.fileno(), time.monotonic() + self.start_seconds)
         if not (isinstance(msg, dict) and msg.get("ready")):
             err = self._stderr_tail()
             self.close()

@@ -114,23 +114,35 @@ def test_an_earlier_step_cell_cannot_fix_a_later_one():
 
 
 def test_a_forked_worker_uses_its_parents_replay_server():
-    """make grade forks a worker per student: each must use the run's one server, not
-    start its own (that cost 5 s per submission while Popen.poll() called it dead)."""
+    """make grade forks a worker per student: each must use its slot's server of the
+    run, alive and answering the first time, not start its own (that cost 5 s per
+    submission while Popen.poll() called it dead, and 1.5 s while the servers were
+    started from threads, whose end killed them: bwrap's --die-with-parent)."""
     import os
+    import time
 
-    server = grading.replay_server()
-    pid = os.fork()
-    if pid == 0:  # the worker: the same server, alive, answering
-        code = 1
-        try:
-            same = grading.replay_server() is server and server.alive()
-            answer = grading.replay_notebook(SOLVED)
-            code = 0 if same and isinstance(answer["cell5_scores"], dict) else 1
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert grading.replay_server() is server and server.alive()
+    grading.close_replay_servers()
+    grading.start_replay_servers("", 2)
+    servers = [grading.replay_server(slot=s) for s in (0, 1)]
+    assert servers[0] is not servers[1]
+    time.sleep(1.5)  # (a server started from a thread was SIGKILLed about 1 s after it ended)
+    assert [s.proc.poll() for s in servers] == [None, None]
+    for slot, server in enumerate(servers):
+        pid = os.fork()
+        if pid == 0:  # the worker: its slot's server, alive, answering
+            code = 1
+            try:
+                grading.use_slot(slot)
+                same = grading.replay_server() is server and server.alive()
+                answer = grading.replay_notebook(SOLVED)
+                code = 0 if same and isinstance(answer["cell5_scores"], dict) and \
+                    grading.replay_server() is server else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert server.proc.poll() is None  # (the parent's own view: not a zombie)
+        assert grading.replay_server(slot=slot) is server
 
 
 def test_a_result_typed_in_from_the_lesson_earns_nothing():

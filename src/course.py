@@ -288,7 +288,8 @@ class StudentResult:
     needs_manual_grade: bool = False
     #: total the notebook's own test cells showed while grading (None: not graded)
     shown: float | None = None
-    #: {grade cell: (shown in the notebook, verified)} where the two differ
+    #: {grade cell: (shown in the notebook, verified, what the verified result found)}
+    #: where the two differ
     mismatches: dict = field(default_factory=dict)
     stopped: str | None = None  # why later cells were not run, if they were not
     #: what the instructor should know (invisible characters, limits that bit)
@@ -568,7 +569,8 @@ def grade(jobs: int = 0, timeout: int | None = None, memory_gb: float | None = N
             cells = trusted.get("cells", [])
             r.stopped = trusted.get("stopped")
             r.notes = list(trusted.get("notes", []))
-            r.mismatches = {c["cell"]: (c["shown"], c["verified"]) for c in cells
+            r.mismatches = {c["cell"]: (c["shown"], c["verified"], c.get("verified_says", ""))
+                            for c in cells
                             if c["shown"] is not None and abs(c["shown"] - c["verified"]) > 1e-9}
             r.shown = sum(c["shown"] or 0.0 for c in cells)
     report.results.sort(key=lambda r: r.student)
@@ -651,7 +653,8 @@ def main(argv=None) -> int:
                 if r.mismatches:
                     flag += f"  shown {r.shown:g}/{r.max_score:g}, verified {r.score:g}/" \
                             f"{r.max_score:g}: " + ", ".join(
-                                f"{cell} {a:g} vs {b:g}" for cell, (a, b) in r.mismatches.items())
+                                f"{cell} {a:g} vs {b:g}" + (f" ({says})" if says else "")
+                                for cell, (a, b, says) in r.mismatches.items())
                 if r.stopped:
                     flag += f"  (later cells not run: {r.stopped})"
                 print(f"  {r.student!r:<26} {score:>7}{flag}")

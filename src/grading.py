@@ -466,6 +466,15 @@ def _error(ename, evalue):
     return new_output("error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
 
 
+def _first_finding(text: str) -> str:
+    """What the verified result found first (its mistake's title, or its first failing
+    line), for the instructor's line on a shown-versus-verified difference."""
+    lines = [ln.strip() for ln in text.splitlines()]
+    found = next((ln for ln in lines if ln.startswith(("Mistake:", "Not graded:"))), "")
+    found = found or next((ln for ln in lines[1:] if ln and not ln.startswith("[")), "")
+    return found.partition(". Next step")[0][:160]
+
+
 def _shown_score(cell) -> float | None:
     for out in cell.get("outputs", []):
         if out.get("output_type") == "execute_result":
@@ -687,6 +696,8 @@ class TrustedScores(NbGraderPreprocessor):
             rows.append({"cell": gid, "verified": score, "max": max_score, "shown": shown})
             if isinstance(data, dict) and "variant.seed" in data:
                 rows[-1]["second_run_seed"] = str(data["variant.seed"])  # (to reproduce it)
+            if score < max_score:
+                rows[-1]["verified_says"] = _first_finding(text)
             images = [o for o in cell.get("outputs", []) if o.get("output_type") == "display_data"
                       and "image/png" in o.get("data", {})]
             # The kernel's heatmaps stay (PNG only); its text, HTML and score do not.
@@ -709,7 +720,8 @@ class TrustedScores(NbGraderPreprocessor):
             shown = sum(r["shown"] if r["shown"] is not None else 0.0 for r in rows)
             verified = sum(r["verified"] for r in rows)
             top = sum(r["max"] for r in rows)
-            cells = ", ".join(f"{r['cell']} shown {r['shown']:g}, verified {r['verified']:g}"
+            cells = "; ".join(f"{r['cell']} shown {r['shown']:g}, verified {r['verified']:g}"
+                              + (f": {r['verified_says']}" if r.get("verified_says") else "")
                               for r in differ)
             self.log.warning("%s: shown %g/%g, verified %g/%g (%s)", student, shown, top,
                              verified, top, cells)

@@ -90,6 +90,9 @@ def test_report_names_the_broken_submission(graded):
     scores = {r.student: r.score for r in report.results}
     assert scores["correct"] == 9.0 and scores["forge-formatter"] == 7.0
     assert "forge-formatter (shown 9/9, verified 7/9)" in report.summary()
+    # ... and per cell, what the verified result found there
+    forged = next(r for r in report.results if r.student == "forge-formatter").mismatches
+    assert forged and all(says for _, _, says in forged.values()), forged
 
 
 def page_text(path):

@@ -717,7 +717,16 @@ _PIDFD_SEND_SIGNAL = 424
 #: submission's, and nothing it starts outlives it.
 _CHILD_DENIED = {"ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
                  "fork": 57, "vfork": 58, "pidfd_send_signal": _PIDFD_SEND_SIGNAL,
-                 "pidfd_open": 434, "pidfd_getfd": 438}
+                 "pidfd_open": 434, "pidfd_getfd": 438, "kcmp": 312,
+                 "process_madvise": 440, "process_mrelease": 448,
+                 # another process's priority (PRIO_USER: every process of the uid)
+                 "setpriority": 141, "ioprio_set": 251}
+#: Allowed on the child itself only (first argument 0 or its own pid): another process's
+#: limits, scheduling, CPUs or memory placement (the server's would carry over to every
+#: later submission: a lower RLIMIT_AS set on it cost later students their points).
+_SELF_ONLY = {"prlimit64": 302, "sched_setaffinity": 203, "sched_setscheduler": 144,
+              "sched_setparam": 142, "sched_setattr": 314, "setpgid": 109,
+              "migrate_pages": 256, "move_pages": 279}
 _CLONE, _CLONE3, _CLONE_THREAD = 56, 435, 0x00010000
 _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP = 4, 38, 22
 
@@ -740,8 +749,9 @@ def _bpf(prog) -> bytes:
 
 
 def child_filter_program(pid: int) -> bytes:
-    """The seccomp program (x86_64) of a replay child whose pid is ``pid``: signals to
-    itself only, no other process's memory, no new process (see _CHILD_DENIED)."""
+    """The seccomp program (x86_64) of a replay child whose pid is ``pid``: signals,
+    limits and scheduling for itself only, no other process's memory, no new process
+    (see _CHILD_DENIED, _SELF_ONLY)."""
     ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
     allow, deny, nosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38  # ERRNO EPERM/ENOSYS
     prog = [(ld, 0, 0, 4), (jeq, 1, 0, 0xC000003E), (ret, 0, 0, allow), (ld, 0, 0, 0)]
@@ -750,10 +760,13 @@ def child_filter_program(pid: int) -> bytes:
     prog += [(jeq, 0, 1, _CLONE3), (ret, 0, 0, nosys)]  # (glibc then uses clone)
     prog += [(jeq, "clone", 0, _CLONE)]
     prog += [(jeq, "signal", 0, nr) for nr in _KILLS]
+    prog += [(jeq, "self", 0, nr) for nr in sorted(_SELF_ONLY.values())]
     prog += [(ret, 0, 0, allow),
              ("label", "clone"), (ld, 0, 0, 16), (jset, "allow", 0, _CLONE_THREAD),
              (ret, 0, 0, deny),
              ("label", "signal"), (ld, 0, 0, 16), (jeq, "allow", 0, pid), (ret, 0, 0, deny),
+             ("label", "self"), (ld, 0, 0, 16), (jeq, "allow", 0, 0), (jeq, "allow", 0, pid),
+             (ret, 0, 0, deny),
              ("label", "allow"), (ret, 0, 0, allow)]
     return _bpf(prog)
 
@@ -949,6 +962,19 @@ def setup_digest(setup: dict) -> str:
     return h.hexdigest()
 
 
+def server_state() -> tuple:
+    """What a child could change in the server that every later child inherits, besides
+    its memory: its resource limits, CPUs, priority and scheduling policy."""
+    import resource
+
+    limits = tuple((n, resource.getrlimit(getattr(resource, n))) for n in sorted(
+        dir(resource)) if n.startswith("RLIMIT_"))
+    with contextlib.suppress(OSError):
+        return limits + (tuple(sorted(os.sched_getaffinity(0))),
+                         os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0))
+    return limits
+
+
 def serve(setup_path: str, sandboxed: bool):
     """The fork server's loop: read {"steps": {step: source}} requests on stdin, answer
     {step: {"data": base64 npz} | {"error": text}} on stdout. If the set-up it hands to
@@ -966,7 +992,10 @@ def serve(setup_path: str, sandboxed: bool):
     sources = json.loads(Path(setup_path).read_text())
     setup = setup_namespace(sources)
     reference_names(setup)  # warm the ops once, before any fork
-    digest = setup_digest(setup)
+    from src.checks import observe
+
+    observe.course_codes()  # (once, before any fork: what a relabelled copy is compared with)
+    digest, state = setup_digest(setup), server_state()
     scratch = [*_SCRATCH, os.getcwd()] if sandboxed else []
     keep = _paths(scratch)
     kept = _snapshot(keep)
@@ -979,9 +1008,12 @@ def serve(setup_path: str, sandboxed: bool):
         answer["id"] = req.get("id")  # which request this answers
         _wipe(scratch, keep)  # nothing one submission's runs wrote reaches the next one's
         _restore(kept)  # ... nor what they changed in the set-up's own files
-        if setup_digest(setup) != digest:
-            _send(wfd, {"id": req.get("id"), "tampered": "the set-up tensors the server "
-                        "hands to every replay changed during this submission's runs"})
+        changed = [what for what, same in (
+            ("the set-up tensors it hands to every replay", setup_digest(setup) == digest),
+            ("its limits, CPUs or scheduling", server_state() == state)) if not same]
+        if changed:
+            _send(wfd, {"id": req.get("id"), "tampered": f"{' and '.join(changed)} changed "
+                        "during this submission's runs"})
             return
         _send(wfd, answer)
 

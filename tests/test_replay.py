@@ -483,6 +483,11 @@ COURSE_CODE = {
         "def softmax(x, dim=-1):\n    sys.setprofile(None)\n"
         f"    return {_R}.reference_softmax(x, dim)\n"
         "attention_weights = softmax(attention_scores, dim=-1)\n"),
+    "the reference softmax relabelled as the cell's own code": (
+        "cell6_softmax", f"import sys, types\n_c = {_R}.reference_softmax.__code__\n"
+        "softmax = types.FunctionType(_c.replace(co_filename='<cell6_softmax>'),\n"
+        "                             {'__builtins__': __builtins__, 'torch': torch})\n"
+        "attention_weights = softmax(attention_scores, dim=-1)\n"),
     "Cell 7 from the course's reference chain": (
         "cell7_values", f"import sys\nattended_values = {_R}"
         ".reference_names(globals())['attended_values']\n"),
@@ -520,3 +525,46 @@ def test_a_file_the_set_up_left_is_restored_before_the_next_submission():
                    "                attention_scores = s\n    except Exception:\n"
                    "        pass\n")
     assert grades(with_cells(SOLVED, {"cell5_scores": take}))["cell5_scores_test"] == 0.0
+
+
+#: From a step cell: the server's limits, CPUs, priority and scheduling, which every later
+#: child inherits (a lower RLIMIT_AS on the server cost three later students 4 points each).
+SERVER_STATE = '''
+import os, resource
+_p = os.getppid()
+for _try in (
+        lambda: resource.prlimit(_p, resource.RLIMIT_AS, (2**30, 2**30)),
+        lambda: resource.prlimit(_p, resource.RLIMIT_CPU, (1, 1)),
+        lambda: os.sched_setaffinity(_p, {0}),
+        lambda: os.setpriority(os.PRIO_PROCESS, _p, 19),
+        lambda: os.setpriority(os.PRIO_USER, os.getuid(), 19),
+        lambda: os.sched_setscheduler(_p, os.SCHED_IDLE, os.sched_param(0))):
+    try:
+        _try()
+    except OSError:
+        pass
+'''
+
+
+def test_a_cell_cannot_change_the_servers_limits_or_scheduling():
+    before = grading.replay_server()
+    attack = _cells()["cell7_values"] + SERVER_STATE
+    assert grades(with_cells(SOLVED, {"cell7_values": attack}))["cell7_values_test"] == 2.0
+    assert grading.replay_server() is before  # (not stopped: nothing was changed)
+    assert grades(SOLVED) == FULL
+
+
+def test_the_server_notices_a_change_of_its_own_state():
+    """Were a change to get through, the server compares its limits, CPUs, priority and
+    scheduling after every submission, as it does the set-up tensors."""
+    import resource
+
+    state = replay.server_state()
+    assert replay.server_state() == state
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft - 1, hard))
+    try:
+        assert replay.server_state() != state
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert replay.server_state() == state

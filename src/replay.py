@@ -727,6 +727,11 @@ _CHILD_DENIED = {"ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 31
 _SELF_ONLY = {"prlimit64": 302, "sched_setaffinity": 203, "sched_setscheduler": 144,
               "sched_setparam": 142, "sched_setattr": 314, "setpgid": 109,
               "migrate_pages": 256, "move_pages": 279}
+#: fcntl and ioctl commands that make the kernel signal another process (SIGIO, or a
+#: chosen signal, to the owner of an fd the child shares with the server: its stderr).
+_FCNTL, _IOCTL = 72, 16
+_SIGNAL_OWNER = {_FCNTL: (8, 10, 15),  # F_SETOWN, F_SETSIG, F_SETOWN_EX
+                 _IOCTL: (0x8901, 0x8902)}  # FIOSETOWN, SIOCSPGRP
 _CLONE, _CLONE3, _CLONE_THREAD = 56, 435, 0x00010000
 _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP = 4, 38, 22
 
@@ -750,8 +755,8 @@ def _bpf(prog) -> bytes:
 
 def child_filter_program(pid: int) -> bytes:
     """The seccomp program (x86_64) of a replay child whose pid is ``pid``: signals,
-    limits and scheduling for itself only, no other process's memory, no new process
-    (see _CHILD_DENIED, _SELF_ONLY)."""
+    limits and scheduling for itself only, no other process's memory, no new process,
+    no fd that signals its owner (see _CHILD_DENIED, _SELF_ONLY, _SIGNAL_OWNER)."""
     ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
     allow, deny, nosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38  # ERRNO EPERM/ENOSYS
     prog = [(ld, 0, 0, 4), (jeq, 1, 0, 0xC000003E), (ret, 0, 0, allow), (ld, 0, 0, 0)]
@@ -761,7 +766,13 @@ def child_filter_program(pid: int) -> bytes:
     prog += [(jeq, "clone", 0, _CLONE)]
     prog += [(jeq, "signal", 0, nr) for nr in _KILLS]
     prog += [(jeq, "self", 0, nr) for nr in sorted(_SELF_ONLY.values())]
-    prog += [(ret, 0, 0, allow),
+    prog += [(jeq, f"owner{nr}", 0, nr) for nr in sorted(_SIGNAL_OWNER)]
+    prog += [(ret, 0, 0, allow)]
+    for nr, cmds in sorted(_SIGNAL_OWNER.items()):  # (their second argument, low 32 bits)
+        prog += [("label", f"owner{nr}"), (ld, 0, 0, 24)]
+        prog += [(jeq, "deny", 0, cmd) for cmd in cmds]
+        prog += [(ret, 0, 0, allow)]
+    prog += [("label", "deny"), (ret, 0, 0, deny),
              ("label", "clone"), (ld, 0, 0, 16), (jset, "allow", 0, _CLONE_THREAD),
              (ret, 0, 0, deny),
              ("label", "signal"), (ld, 0, 0, 16), (jeq, "allow", 0, pid), (ret, 0, 0, deny),

@@ -568,3 +568,29 @@ def test_the_server_notices_a_change_of_its_own_state():
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert replay.server_state() == state
+
+
+#: From a step cell: every fd the child holds (its answer pipe among them) set to signal
+#: the server (F_SETOWN, FIOSETOWN) when it becomes ready: SIGIO kills the server as it
+#: reads the answer.
+SIGNAL_OWNER = '''
+import fcntl, os, struct
+for _fd in map(int, os.listdir("/proc/self/fd")):
+    try:
+        fcntl.fcntl(_fd, fcntl.F_SETFL, fcntl.fcntl(_fd, fcntl.F_GETFL) | os.O_ASYNC)
+        fcntl.fcntl(_fd, fcntl.F_SETOWN, os.getppid())
+    except OSError:
+        pass
+    try:
+        fcntl.ioctl(_fd, 0x8901, struct.pack("i", os.getppid()))
+    except OSError:
+        pass
+'''
+
+
+def test_a_cell_cannot_make_an_fd_signal_the_server():
+    before = grading.replay_server()
+    attack = _cells()["cell7_values"] + SIGNAL_OWNER
+    grades(with_cells(SOLVED, {"cell7_values": attack}))
+    assert grading.replay_server() is before and before.proc.poll() is None
+    assert grades(SOLVED) == FULL

@@ -875,57 +875,34 @@ def _reap_strays():
 _SCRATCH = ("/tmp", "/dev/shm")  # the sandbox's writable places (and its working dir)
 
 
-def _paths(roots) -> set:
-    out = set()
-    for root in roots:
-        for where, dirs, files in os.walk(root):
-            out.update(os.path.join(where, n) for n in dirs + files)
-    return out
-
-
-def _snapshot(paths) -> dict:
-    """{path: (mode, bytes or None for a folder)} of what the set-up left in the scratch
-    places (matplotlib's cache ...), restored after every submission."""
+def _snapshot(roots) -> dict:
+    """What the set-up left in the scratch places (matplotlib's cache ...): {path: (mode,
+    bytes, or None for a folder)}, and for each root {root: (mode, None, times)}."""
     out = {}
-    for p in sorted(paths):
+    for root in roots:
         with contextlib.suppress(OSError):
-            st = os.lstat(p)
-            if os.path.isdir(p) and not os.path.islink(p):
-                out[p] = (st.st_mode & 0o7777, None)
-            elif os.path.isfile(p) and not os.path.islink(p) and st.st_size <= 16 * 2**20:
-                out[p] = (st.st_mode & 0o7777, Path(p).read_bytes())
+            st = os.stat(root)
+            out[root] = (st.st_mode & 0o7777, None, (st.st_atime_ns, st.st_mtime_ns))
+        for where, dirs, files in os.walk(root):
+            for name in dirs + files:
+                p = os.path.join(where, name)
+                with contextlib.suppress(OSError):
+                    st = os.lstat(p)
+                    if os.path.islink(p):
+                        continue
+                    if os.path.isdir(p):
+                        out[p] = (st.st_mode & 0o7777, None)
+                    elif os.path.isfile(p) and st.st_size <= 16 * 2**20:
+                        out[p] = (st.st_mode & 0o7777, Path(p).read_bytes())
     return out
 
 
-def _restore(snapshot: dict):
-    """Put the set-up's files back as they were (a run may have changed or removed one)."""
-    for p, (mode, content) in snapshot.items():  # (sorted: folders before their files)
-        with contextlib.suppress(OSError):
-            if content is None:
-                os.makedirs(p, exist_ok=True)
-            elif not os.path.isfile(p) or os.path.islink(p) or Path(p).read_bytes() != content:
-                if os.path.isdir(p) and not os.path.islink(p):
-                    import shutil
-
-                    shutil.rmtree(p)
-                elif os.path.lexists(p):
-                    os.unlink(p)
-                fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-                with os.fdopen(fd, "wb") as f:
-                    f.write(content)
-            os.chmod(p, mode)
-
-
-def _wipe(roots, keep: set):
-    """Remove what runs left in the sandbox's writable places since the set-up, whatever
-    its modes (a folder set to 000 is opened up first, then removed with its content)."""
-    for root in roots:
-        _wipe_dir(root, keep)
-
-
-def _wipe_dir(where: str, keep: set):
+def _remove_all(where: str):
+    """Remove everything under ``where``, whatever its modes (a folder set to 000 is
+    opened up first); what cannot go (the read-only shipped files) stays."""
     with contextlib.suppress(OSError):
-        os.chmod(where, os.stat(where).st_mode | 0o700)
+        if not os.path.islink(where):
+            os.chmod(where, os.stat(where).st_mode | 0o700)
     try:
         entries = os.listdir(where)
     except OSError:
@@ -933,13 +910,43 @@ def _wipe_dir(where: str, keep: set):
     for name in entries:
         path = os.path.join(where, name)
         if os.path.isdir(path) and not os.path.islink(path):
-            _wipe_dir(path, keep)
-            if path not in keep:
-                with contextlib.suppress(OSError):
-                    os.rmdir(path)
-        elif path not in keep:
+            _remove_all(path)
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+        else:
             with contextlib.suppress(OSError):
                 os.unlink(path)
+
+
+def _reset_scratch(roots, snapshot: dict):
+    """The scratch places exactly as the set-up left them, made afresh: everything a
+    submission's runs wrote, changed, renamed or linked there is removed, then the
+    set-up's files are written again as new files (no timestamp, extended attribute or
+    link survives to carry anything to the next submission), and each root gets its
+    mode, times and no extended attributes back."""
+    for root in roots:
+        _remove_all(root)
+    for p, entry in sorted(snapshot.items()):
+        if p in roots:
+            continue
+        mode, content = entry[:2]
+        with contextlib.suppress(OSError):
+            if content is None:
+                os.mkdir(p, 0o700)
+            elif not os.path.lexists(p):  # (a read-only shipped file is still there)
+                fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(content)
+            os.chmod(p, mode, follow_symlinks=False)
+    for root in roots:
+        mode, _, times = snapshot.get(root, (None, None, None))
+        with contextlib.suppress(OSError):
+            for attr in os.listxattr(root):
+                with contextlib.suppress(OSError):
+                    os.removexattr(root, attr)
+        with contextlib.suppress(OSError, TypeError):
+            os.chmod(root, mode)
+            os.utime(root, ns=times)
 
 
 def setup_digest(setup: dict) -> str:
@@ -1008,8 +1015,7 @@ def serve(setup_path: str, sandboxed: bool):
     observe.course_codes()  # (once, before any fork: what a relabelled copy is compared with)
     digest, state = setup_digest(setup), server_state()
     scratch = [*_SCRATCH, os.getcwd()] if sandboxed else []
-    keep = _paths(scratch)
-    kept = _snapshot(keep)
+    kept = _snapshot(scratch)
     _send(wfd, {"ready": True})
     while True:
         req = _recv(rfd)
@@ -1017,8 +1023,7 @@ def serve(setup_path: str, sandboxed: bool):
             return
         answer = _answer(req, setup, sandboxed, (rfd, wfd))
         answer["id"] = req.get("id")  # which request this answers
-        _wipe(scratch, keep)  # nothing one submission's runs wrote reaches the next one's
-        _restore(kept)  # ... nor what they changed in the set-up's own files
+        _reset_scratch(scratch, kept)  # nothing one submission's runs left reaches the next
         changed = [what for what, same in (
             ("the set-up tensors it hands to every replay", setup_digest(setup) == digest),
             ("its limits, CPUs or scheduling", server_state() == state)) if not same]

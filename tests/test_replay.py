@@ -594,3 +594,63 @@ def test_a_cell_cannot_make_an_fd_signal_the_server():
     grades(with_cells(SOLVED, {"cell7_values": attack}))
     assert grading.replay_server() is before and before.proc.poll() is None
     assert grades(SOLVED) == FULL
+
+
+def test_no_trace_of_a_submission_carries_a_message_to_the_next():
+    """Student A leaves working code as a message in what the scratch places keep from
+    the set-up: as a symlink that replaces a kept folder (in its target's name), in the
+    timestamps of the kept files (7 bytes each, in path order), as an extended attribute
+    of a kept file or of /tmp itself. Student B's Cell 5 reads every such channel and runs
+    what it finds: B earns nothing."""
+    msg = "s = query @ key.transpose(-2, -1) / 8"
+    walk = ("[os.path.join(w, f) for top in ('/tmp', '/dev/shm') for w, _, fs in "
+            "sorted(os.walk(top)) for f in sorted(fs)]")
+    leave = _cells()["cell5_scores"] + f'''
+import os, shutil
+_files = {walk}
+_chunks = [{msg!r}.encode()[i:i + 7] for i in range(0, len({msg!r}), 7)]
+for _p, _c in zip(_files, _chunks):
+    try:
+        _t = int.from_bytes(_c.ljust(7, b' '), 'big')
+        os.utime(_p, ns=(_t, _t))
+    except Exception:
+        pass
+for _p in _files + ['/tmp', '/dev/shm', '.']:
+    try:
+        os.setxattr(_p, 'user.m', {msg!r}.encode())
+    except Exception:
+        pass
+for _d in [os.path.join(w, d) for w, ds, _ in os.walk('/tmp') for d in ds][:1]:
+    try:
+        shutil.rmtree(_d)
+        os.symlink('/x/' + {msg!r}.replace('/', '|'), _d)
+    except Exception:
+        pass
+'''
+    grades(with_cells(SOLVED, {"cell5_scores": leave}))
+    take = f'''
+import os
+attention_scores, _found = None, []
+_files = {walk}
+try:
+    _found.append(b''.join(int(os.stat(_p).st_mtime_ns).to_bytes(7, 'big')
+                           for _p in _files[:6]).decode().strip())
+except Exception:
+    pass
+for _top in ('/tmp', '/dev/shm', '.'):
+    for _w, _ds, _fs in os.walk(_top):
+        for _p in [_w] + [os.path.join(_w, n) for n in _ds + _fs]:
+            try:
+                if os.path.islink(_p):
+                    _found.append(os.readlink(_p)[3:].replace('|', '/'))
+                _found += [os.getxattr(_p, a).decode() for a in os.listxattr(_p)]
+            except Exception:
+                pass
+for _m in _found:
+    try:
+        exec(_m)
+        attention_scores = s
+    except Exception:
+        pass
+'''
+    assert grades(with_cells(SOLVED, {"cell5_scores": take}))["cell5_scores_test"] == 0.0

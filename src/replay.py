@@ -649,7 +649,10 @@ def _recv(fd, deadline=None, cap=64 * 2**20):
     if size > cap:
         return None
     body = read(size)
-    return None if body is None else json.loads(body)
+    try:
+        return None if body is None else json.loads(body)
+    except ValueError:  # (a child that wrote its own bytes into the pipe: no answer)
+        return None
 
 
 def decode_answer(msg: dict, steps) -> dict:
@@ -720,7 +723,14 @@ _CHILD_DENIED = {"ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 31
                  "pidfd_open": 434, "pidfd_getfd": 438, "kcmp": 312,
                  "process_madvise": 440, "process_mrelease": 448,
                  # another process's priority (PRIO_USER: every process of the uid)
-                 "setpriority": 141, "ioprio_set": 251}
+                 "setpriority": 141, "ioprio_set": 251,
+                 # System V IPC and POSIX message queues: the sandbox's IPC namespace
+                 # outlives a submission, and segments count against no cap
+                 "shmget": 29, "shmat": 30, "shmctl": 31, "semget": 64, "semop": 65,
+                 "semctl": 66, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
+                 "semtimedop": 220, "mq_open": 240, "mq_unlink": 241,
+                 "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244,
+                 "mq_getsetattr": 245}
 #: Allowed on the child itself only (first argument 0 or its own pid): another process's
 #: limits, scheduling, CPUs or memory placement (the server's would carry over to every
 #: later submission: a lower RLIMIT_AS set on it cost later students their points).
@@ -823,6 +833,8 @@ def _run_child(job, setup, write_fd, seconds):
 
     code = 0
     try:
+        devnull = os.open(os.devnull, os.O_RDWR)  # (fd 2 was the server's stderr pipe:
+        os.dup2(devnull, 2)  # one nobody reads, and a child could fill or re-own it)
         cpu = max(1, int(math.ceil(seconds)))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         confine_child()
@@ -897,25 +909,60 @@ def _snapshot(roots) -> dict:
     return out
 
 
-def _remove_all(where: str):
-    """Remove everything under ``where``, whatever its modes (a folder set to 000 is
-    opened up first); what cannot go (the read-only shipped files) stays."""
-    with contextlib.suppress(OSError):
-        if not os.path.islink(where):
-            os.chmod(where, os.stat(where).st_mode | 0o700)
+def _remove_all(root: str):
+    """Remove everything under ``root``, whatever its modes, depth or path lengths, with
+    calls relative to folder fds and no recursion: each sub-folder met is first moved up
+    to ``root`` (so no path ever grows), then emptied and removed. What is on another
+    file system (the read-only shipped files bound in) stays."""
     try:
-        entries = os.listdir(where)
+        top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
         return
-    for name in entries:
-        path = os.path.join(where, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            _remove_all(path)
+    try:
+        dev = os.fstat(top).st_dev
+        with contextlib.suppress(OSError):
+            os.fchmod(top, os.fstat(top).st_mode | 0o700)
+        todo, n = [], 0
+        for entry in os.scandir(top):
+            todo.append(entry.name)
+        while todo:
+            name = todo.pop()
+            try:
+                st = os.stat(name, dir_fd=top, follow_symlinks=False)
+            except OSError:
+                continue
+            if st.st_dev != dev:
+                continue
+            if not (st.st_mode & 0o170000 == 0o040000):  # (not a folder: a file, a link ...)
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=top)
+                continue
             with contextlib.suppress(OSError):
-                os.rmdir(path)
-        else:
+                os.chmod(name, 0o700, dir_fd=top, follow_symlinks=False)
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+            except OSError:
+                continue
+            try:
+                for entry in list(os.scandir(fd)):
+                    if entry.is_dir(follow_symlinks=False):
+                        n += 1
+                        up = f".attention-wipe-{n}"
+                        with contextlib.suppress(OSError):
+                            os.chmod(entry.name, 0o700, dir_fd=fd, follow_symlinks=False)
+                            os.rename(entry.name, up, src_dir_fd=fd, dst_dir_fd=top)
+                            todo.append(up)
+                    else:
+                        with contextlib.suppress(OSError):
+                            os.unlink(entry.name, dir_fd=fd)
+            finally:
+                os.close(fd)
             with contextlib.suppress(OSError):
-                os.unlink(path)
+                os.rmdir(name, dir_fd=top)
+    except OSError:
+        pass
+    finally:
+        os.close(top)
 
 
 def _reset_scratch(roots, snapshot: dict):

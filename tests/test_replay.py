@@ -488,6 +488,18 @@ COURSE_CODE = {
         "softmax = types.FunctionType(_c.replace(co_filename='<cell6_softmax>'),\n"
         "                             {'__builtins__': __builtins__, 'torch': torch})\n"
         "attention_weights = softmax(attention_scores, dim=-1)\n"),
+    "the profile hook turned off and back on around the call": (
+        "cell6_softmax", _REF_SOFTMAX + "def softmax(x, dim=-1):\n"
+        "    _h = sys.getprofile()\n    sys.setprofile(None)\n"
+        "    try:\n        return reference_softmax(x, dim)\n"
+        "    finally:\n        sys.setprofile(_h)\n"
+        "attention_weights = softmax(attention_scores, dim=-1)\n"),
+    "called from another thread": (
+        "cell6_softmax", _REF_SOFTMAX + "import threading\n"
+        "def softmax(x, dim=-1):\n    _out = []\n"
+        "    _t = threading.Thread(target=lambda: _out.append(reference_softmax(x, dim)))\n"
+        "    _t.start()\n    _t.join()\n    return _out[0]\n"
+        "attention_weights = softmax(attention_scores, dim=-1)\n"),
     "Cell 7 from the course's reference chain": (
         "cell7_values", f"import sys\nattended_values = {_R}"
         ".reference_names(globals())['attended_values']\n"),
@@ -654,3 +666,95 @@ for _m in _found:
         pass
 '''
     assert grades(with_cells(SOLVED, {"cell5_scores": take}))["cell5_scores_test"] == 0.0
+
+
+#: Student A leaves a message where the removal between submissions once failed: past
+#: the path-length limit (18 folders of 250 characters), 1,200 folders deep (the removal
+#: recursed), and in System V shared memory (the sandbox's IPC namespace outlives a
+#: submission). The message is working code for Cell 5.
+DEEP_AND_SHARED = '''
+import os, ctypes
+_msg = b"s = query @ key.transpose(-2, -1) / 8"
+_here = os.getcwd()
+try:
+    os.chdir("/tmp")
+    for _i in range(18):
+        os.makedirs("D" * 250, exist_ok=True)
+        os.chdir("D" * 250)
+    open("msg", "wb").write(_msg)
+    os.chdir("/tmp")
+    for _i in range(1200):
+        os.mkdir("a")
+        os.chdir("a")
+except Exception:
+    pass
+os.chdir(_here)
+try:
+    _l = ctypes.CDLL(None)
+    _l.shmat.restype = ctypes.c_void_p
+    _l.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
+    _id = _l.shmget(0x5eed0, 4096, 0o1000 | 0o666)
+    if _id >= 0:
+        _p = _l.shmat(_id, None, 0)
+        ctypes.memmove(_p, _msg + b"\\0", len(_msg) + 1)
+except Exception:
+    pass
+'''
+READ_DEEP_AND_SHARED = '''
+import os, ctypes
+attention_scores, _found = None, []
+_here = os.getcwd()
+try:
+    os.chdir("/tmp")
+    for _i in range(18):
+        os.chdir("D" * 250)
+    _found.append(open("msg").read())
+except Exception:
+    pass
+os.chdir(_here)
+try:
+    _l = ctypes.CDLL(None)
+    _l.shmat.restype = ctypes.c_void_p
+    _l.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
+    _id = _l.shmget(0x5eed0, 0, 0)
+    if _id >= 0:
+        _found.append(ctypes.string_at(_l.shmat(_id, None, 0)).decode())
+except Exception:
+    pass
+for _m in _found:
+    try:
+        exec(_m)
+        attention_scores = s
+    except Exception:
+        pass
+'''
+
+
+def test_nothing_deep_long_or_shared_carries_a_message_to_the_next():
+    before = grading.replay_server()
+    attack = _cells()["cell4_projections"] + DEEP_AND_SHARED
+    grades(with_cells(SOLVED, {"cell4_projections": attack}))
+    assert grading.replay_server() is before and before.proc.poll() is None
+    got = grades(with_cells(SOLVED, {"cell5_scores": READ_DEEP_AND_SHARED}))
+    assert got["cell5_scores_test"] == 0.0
+
+
+#: Cell 7 writes its own bytes into every pipe it holds (its answer pipe among them): a
+#: length-prefixed message that is not JSON, which once killed the server.
+BAD_ANSWER = '''
+import os, stat, struct
+for _fd in map(int, os.listdir("/proc/self/fd")):
+    try:
+        if stat.S_ISFIFO(os.fstat(_fd).st_mode):
+            os.write(_fd, struct.pack("<I", 5) + b"{bad}")
+    except OSError:
+        pass
+os._exit(0)
+'''
+
+
+def test_a_malformed_answer_costs_only_its_own_step():
+    before = grading.replay_server()
+    got = grades(with_cells(SOLVED, {"cell7_values": BAD_ANSWER}))
+    assert got == FULL | {"cell7_values_test": 0.0}
+    assert grading.replay_server() is before and grades(SOLVED) == FULL

@@ -93,6 +93,11 @@ class CourseCalls:
 
     def _hook(self, frame, event, arg):
         code = frame.f_code
+        if event == "c_call" and arg in _UNRECORDED and code not in _OWN and (
+                self.helpers is None or not in_course_code(code.co_filename)):
+            self.found.add(f"{getattr(arg, '__module__', '')}.{arg.__name__} (what runs "
+                           "after it is not recorded)")
+            return
         if event != "call" or code.co_name == "<module>" or code in _OWN or not (
                 in_course_code(code.co_filename) or code in course_codes()):
             return
@@ -116,6 +121,21 @@ class CourseCalls:
 
 
 _OWN = frozenset({CourseCalls.__exit__.__code__})  # (runs while the hook is on)
+
+
+def _unrecorded():
+    """Built-ins after which a hook in this thread no longer sees what runs: turning the
+    hook off, or starting a thread (a new thread runs without it)."""
+    import _thread
+    import threading
+
+    found = [sys.setprofile, sys.settrace, threading.setprofile, threading.settrace,
+             _thread.start_new_thread]
+    found += [getattr(_thread, n) for n in ("start_joinable_thread",) if hasattr(_thread, n)]
+    return frozenset(found)
+
+
+_UNRECORDED = _unrecorded()
 
 
 class _Budget:

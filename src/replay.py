@@ -1132,7 +1132,7 @@ class ReplayServer:
         from src import sandbox as sb
 
         self.sandboxed, self.owner = sandboxed, os.getpid()
-        self.box = sb.Sandbox(shipped, sb.LIMITS, enabled=sandboxed)
+        self.box = sb.Sandbox(shipped, sb.LIMITS, enabled=sandboxed, ipc=False)
         setup_file = self.box.root / "setup.json"
         setup_file.write_text(json.dumps(list(setup_sources)))
         if self.box.uid >= 0:

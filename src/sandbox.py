@@ -271,11 +271,12 @@ class Sandbox:
     """The private world of one grading kernel (a temporary directory of the instructor).
 
     ``shipped``: {name inside the working directory: host path}, bound read-only.
-    ``export_dir`` (host side) is ``/grading`` inside; ``run_dir`` holds the IPC sockets.
+    ``export_dir`` (host side) is ``/grading`` inside; ``run_dir`` holds the IPC sockets
+    (``ipc=False``, the replay server, which talks over pipes: none is made).
     """
 
     def __init__(self, shipped: dict, limits: Limits = LIMITS, enabled: bool = True,
-                 export_names=()):
+                 export_names=(), ipc: bool = True):
         self.limits, self.enabled = limits, enabled
         #: The only files the kernel may write in /grading (the rest of it is read-only);
         #: none given: /grading is writable as a whole.
@@ -286,8 +287,10 @@ class Sandbox:
         self.run_dir = ipc_dir_for(self.root)
         self.home = self.root / "home"  # the unsandboxed kernel's cwd (UNSAFE)
         self.stderr_path = self.root / "kernel-stderr.log"
-        private_dir(_IPC_BASE)
-        for d in (self.export_dir, self.run_dir, self.home):
+        if ipc:
+            private_dir(_IPC_BASE)
+            self.run_dir.mkdir()
+        for d in (self.export_dir, self.home):
             d.mkdir()
         self._slot = _UidSlot() if enabled else None
         uid = self._slot.uid if self._slot else -1
@@ -296,7 +299,7 @@ class Sandbox:
             if uid >= 0:
                 os.chown(self.export_dir / name, uid, uid)
         if uid >= 0:
-            for d in (self.root, self.export_dir, self.run_dir):
+            for d in (self.root, self.export_dir, self.run_dir)[:3 if ipc else 2]:
                 os.chown(d, uid, uid)
         if not enabled:  # UNSAFE: the kernel runs in a plain copy
             for name, p in self.shipped.items():

@@ -53,8 +53,9 @@ c.Execute.timeout = int(os.environ.get("ATTENTION_CELL_TIMEOUT", "30"))
 # Secure autograding (README, "For instructors"): every road to `nbgrader autograde` (make
 # grade, the plain command, the Formgrader's button) reads this file. A submission with a
 # symlink is refused; each kernel runs in a bubblewrap sandbox; each test cell's score is
-# computed here, in the instructor's process, from the data the kernel exported. nbgrader's
-# own lists, with our steps added and Execute replaced.
+# computed here, in the instructor's process, from a replay of its step cell's own code in
+# a sandboxed fork server (src/road.py, src/replay.py), never from what the kernel printed.
+# nbgrader's own lists, with our steps added and Execute replaced.
 c.Autograde.sanitize_preprocessors = [
     RefuseUnsafeSubmission, CopyAllowedFiles, ClearOutput, DeduplicateIds, OverwriteKernelspec,
     OverwriteCells, CheckCellMetadata]
@@ -78,9 +79,8 @@ c.SandboxedExecute.notebook_seconds = int(os.environ.get("ATTENTION_NOTEBOOK_BUD
 c.SandboxedExecute.budget_factor = 8.0
 c.SandboxedExecute.budget_floor = 30
 c.SandboxedExecute.output_kb = 512  # stored output per cell (KiB); more is cut with a note
-c.SandboxedExecute.export_kb = 4096  # largest export file the trusted step reads (KiB)
 # Everything a kernel can write is bounded: /tmp, its working directory and /dev/shm are
-# tmpfs of tmp_mb each; in /grading only its export files (file_mb each); its IPC directory
+# tmpfs of tmp_mb each; its stderr file at most file_mb; its IPC directory
 # takes no new file once the kernel has started (Limits.write_mb states the sum).
 # A submission over these caps is refused with the reason, before its kernel starts.
 c.RefuseUnsafeSubmission.max_notebook_mb = 20  # notebook file (MB)

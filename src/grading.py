@@ -7,19 +7,18 @@ printed. Here (see README, "For instructors"):
 1. :class:`RefuseUnsafeSubmission` (first sanitizing step) refuses a
    submission that holds a symlink or a special file anywhere.
 2. :class:`SandboxedExecute` (replaces nbgrader's ``Execute``) runs the
-   notebook in a :class:`src.sandbox.Sandbox`. Before each test cell it
-   deletes that cell's export file; the cell itself is rewritten to export the
-   data its checks need (``verify.export``) and then run its visible part for
-   the feedback. Right after the cell, the export is read back, as data only
-   (``np.load(allow_pickle=False)``, size-capped, no symlink followed). A cell
-   past its timeout is interrupted; a kernel that ignores the interrupt is
-   killed and the later cells are not run. The whole notebook has a
-   wall-clock budget; stored output per cell is capped.
-3. :class:`TrustedScores` (in the instructor's process, after execution)
-   judges that data with the instructor's ``verify.judge`` (strict checks
-   included) and replaces each test cell's outputs with the trusted result, so
-   the gradebook never takes a number the kernel printed. Where the kernel
-   showed another score, the instructor is told ("shown 9/9, verified 0/9").
+   notebook in a :class:`src.sandbox.Sandbox`, for the feedback's outputs (the
+   heatmaps) and the score the student's kernel showed: a cell past its timeout
+   is interrupted; a kernel that ignores the interrupt is killed and the later
+   cells are not run. The whole notebook has a wall-clock budget; stored output
+   per cell is capped. Nothing the kernel says is a score.
+3. :class:`TrustedScores` (in the instructor's process, after execution) takes
+   each check cell's score from the one road (``src/road.py``): each step cell's
+   own code replayed in the sandboxed fork server (``src/replay.py``) and judged
+   with the instructor's judge (in a child with its own limits). It replaces each
+   check cell's outputs with that result, so the gradebook never takes a number
+   the kernel printed. Where the kernel showed another score, the instructor is
+   told ("shown 9/9, verified 0/9").
 4. :class:`RevealInvisibles` shows bidi and invisible format characters as
    ``⟦U+202E⟧`` in the stored notebook and names them in the report.
 5. :class:`SafeOutputs` (autograde and feedback) keeps only inert output types
@@ -37,7 +36,6 @@ import json
 import os
 import shutil
 import stat
-import sys
 import time
 import unicodedata
 from pathlib import Path
@@ -67,15 +65,13 @@ class GradingError(Exception):
     """A submission that cannot be graded; the message is the reason shown to the instructor."""
 
 
-def _verify():
-    """The instructor's verify.py (the repository's), never one from a submission."""
-    if str(ROOT) not in sys.path[:1]:
-        sys.path.insert(0, str(ROOT))
-    import verify
+def _lesson(resources=None, assignment: str = ""):
+    """The spec of the lesson graded: the one named as the nbgrader assignment, else the
+    first lesson (an assignment named otherwise)."""
+    from src import lessons
 
-    if Path(verify.__file__).resolve() != ROOT / "verify.py":
-        raise GradingError(f"verify imported from {verify.__file__}, expected {ROOT}/verify.py")
-    return verify
+    name = assignment or (resources or {}).get("nbgrader", {}).get("assignment", "")
+    return lessons.LESSONS.get(name) or lessons.lesson()
 
 
 def unsafe_requested() -> bool:
@@ -226,51 +222,9 @@ class CopyAllowedFiles(NbGraderPreprocessor):
         return nb, resources
 
 
-# ------------------------------------------------------------------ exports
-def read_export(directory: Path, name: str, cap_bytes: int) -> dict:
-    """The arrays of ``directory/name`` (an .npz the kernel wrote), as data only.
-
-    Never follows a symlink, never blocks on a FIFO, never unpickles, reads
-    at most ``cap_bytes`` (also uncompressed). Raises GradingError.
-    """
-    try:
-        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError as exc:
-        raise GradingError(f"export directory unreadable ({exc.strerror})") from None
-    try:
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
-        except FileNotFoundError:
-            raise GradingError("no data was exported") from None
-        except OSError as exc:
-            raise GradingError(f"export unreadable ({exc.strerror})") from None
-        with os.fdopen(fd, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise GradingError("export is not a regular file")
-            if st.st_size == 0:  # emptied before the cell, never written
-                raise GradingError("no data was exported")
-            if st.st_size > cap_bytes:
-                raise GradingError(f"export is {st.st_size} bytes, over the cap of {cap_bytes}")
-            raw = fh.read(cap_bytes + 1)
-    finally:
-        os.close(dfd)
-    from src.replay import unpack
-
-    try:
-        return unpack(raw, cap_bytes, what="export", max_arrays=256)
-    except ValueError as exc:
-        raise GradingError(str(exc)) from None
-
-
-def export_source(grade_id: str, directory: str) -> str:
-    """The line a test cell starts with while grading: export its data, then show it."""
-    return f"__import__('verify').export({grade_id!r}, globals(), {directory!r})\n"
-
-
 # ---------------------------------------------------------------- execution
 class SandboxedExecute(Execute):
-    """nbgrader's Execute, with every kernel in a sandbox and its data read back."""
+    """nbgrader's Execute, with every kernel in a sandbox, a budget and capped outputs."""
 
     memory_gb = Float(sb.LIMITS.memory_gb, help="address-space limit per kernel (GiB)"
                       ).tag(config=True)
@@ -288,7 +242,6 @@ class SandboxedExecute(Execute):
                            ).tag(config=True)
     output_kb = Integer(sb.LIMITS.output_kb, help="stored output per cell (KiB)"
                         ).tag(config=True)
-    export_kb = Integer(sb.LIMITS.export_kb, help="largest export read (KiB)").tag(config=True)
     unsafe = Bool(False, help="grade WITHOUT the sandbox (scores are still computed "
                   "outside the kernel)").tag(config=True)
 
@@ -302,8 +255,7 @@ class SandboxedExecute(Execute):
                          file_mb=self.file_mb, tmp_mb=self.tmp_mb, cell_timeout=self.timeout,
                          notebook_seconds=self.notebook_seconds,
                          budget_factor=self.budget_factor, budget_floor=self.budget_floor,
-                         output_kb=self.output_kb,
-                         export_kb=self.export_kb)
+                         output_kb=self.output_kb)
 
     def _shipped(self, resources) -> dict:
         return shipped_files(resources.get("nbgrader", {}).get("assignment", ""))
@@ -316,11 +268,9 @@ class SandboxedExecute(Execute):
             reason = sb.unavailable_reason()
             if reason:
                 raise GradingError(f"cannot sandbox the kernel: {reason}")
-        verify = _verify()
-        self._cells = verify.GRADE_CELLS
-        self._box = sb.Sandbox(self._shipped(resources), self.limits(), enabled=not self.unsafe,
-                               export_names=[f"{gid}.npz" for gid in self._cells])
-        self._state = {"exports": {}, "shown": {}, "stopped": None}
+        self._cells = set(_lesson(resources).by_test)
+        self._box = sb.Sandbox(self._shipped(resources), self.limits(), enabled=not self.unsafe)
+        self._state = {"shown": {}, "stopped": None}
         self._start = time.monotonic()
         self._budget, self._budget_why = budget_of(self.limits())
         self._out_bytes = {}
@@ -328,19 +278,14 @@ class SandboxedExecute(Execute):
         self.timeout_func = self._cell_timeout
         hidden = ClearHiddenTests()
         for cell in nb.cells:
-            gid = self._grade_id(cell)
-            if gid:  # the hidden tests' logic lives in verify.judge, outside the kernel
+            if self._grade_id(cell):  # the hidden tests' logic lives in the judge
                 hidden._remove_hidden_test_region(cell)
-                cell.source = export_source(gid, self._box.export_path) + cell.source
         try:
             nb, resources = super().preprocess(nb, resources, km)
         except Exception as exc:
             raise self._start_failure(exc) or exc
         finally:
             self._box.cleanup()
-        for cell in nb.cells:  # the feedback shows the test cell as the student knows it
-            if self._grade_id(cell):
-                cell.source = cell.source.split("\n", 1)[1]
         resources[_KEY] = self._state
         return nb, resources
 
@@ -386,9 +331,6 @@ class SandboxedExecute(Execute):
             cell.outputs = [_error("NotRun", f"not run: {self._state['stopped']}")]
             return cell
         gid = self._grade_id(cell)
-        name = f"{gid}.npz" if gid else None
-        if name:  # only what this cell writes counts
-            self._box.clear_export(name)
         limit, started = self._cell_timeout(cell), time.monotonic()
         self._ran = True
         try:
@@ -413,12 +355,7 @@ class SandboxedExecute(Execute):
             self._state["stopped"] = f"cell #{cell_index}: {why}"
             cell.outputs.append(_error("KernelStopped", f"this cell stopped grading: {why}"))
             await self._stop_kernel()
-        if name:
-            try:
-                self._state["exports"][gid] = read_export(self._box.export_dir, name,
-                                                          self.export_kb * 1024)
-            except GradingError as exc:
-                self._state["exports"][gid] = str(exc)
+        if gid:
             self._state["shown"][gid] = _shown_score(cell)
         return cell
 
@@ -490,16 +427,20 @@ JUDGE_SECONDS = 60
 JUDGE_MEMORY = 4 * 2**30
 
 
-def judge_isolated(verify, grade_id, data, own=None, seconds=JUDGE_SECONDS,
-                   memory=JUDGE_MEMORY):
-    """(score, max score, text, markdown) of ``verify.judge_replay(grade_id, data, own,
-    strict=True)``,
-    computed in a forked child with an address-space limit and a deadline: the data came
-    from a kernel, and no data may cost the grader more than this. Raises GradingError."""
+def judge_isolated(grade_id, data, own=None, *, strict=True, seconds=JUDGE_SECONDS,
+                   memory=JUDGE_MEMORY, judge=None):
+    """The Summary of ``judge(grade_id, data, own, strict=True)`` (default: the
+    instructor's judge_replay), computed in a forked child with an address-space limit and
+    a deadline: the data came from student code, and no data may cost the grader more than
+    this. Raises GradingError."""
     import resource
     import select
     import signal
 
+    from src.checks.judge import judge_replay
+    from src.checks.results import Summary
+
+    judge = judge or judge_replay
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: judge, send the result, exit
@@ -507,9 +448,7 @@ def judge_isolated(verify, grade_id, data, own=None, seconds=JUDGE_SECONDS,
         try:
             os.close(read)
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-            summary = verify.judge_replay(grade_id, data, own, strict=True)
-            out = [float(summary.score), float(summary.max_score), str(summary),
-                   summary._repr_markdown_()]
+            out = judge(grade_id, data, own, strict=True).to_dict()
         except BaseException as exc:  # noqa: BLE001  (reported to the parent)
             out, code = f"{type(exc).__name__}", 1
         try:
@@ -539,7 +478,20 @@ def judge_isolated(verify, grade_id, data, own=None, seconds=JUDGE_SECONDS,
         raise GradingError("checking this data failed (out of memory?)") from None
     if isinstance(out, str):
         raise GradingError(f"checking this data failed ({out})")
-    return tuple(out)
+    return Summary.from_dict(out)
+
+
+def _judge_or_say(grade_id, data, own=None, *, strict=True):
+    """:func:`judge_isolated`, or a Summary that says why this cell was not graded."""
+    from src import lessons
+    from src.checks.results import Summary
+    from src.checks.verdict import _failed
+
+    try:
+        return judge_isolated(grade_id, data, own)
+    except GradingError as exc:
+        _, step = lessons.by_cell(grade_id)
+        return Summary([_failed(c, f"Not graded: {exc}.") for c in step.checks])
 
 
 # ------------------------------------------------------------------ replay
@@ -550,24 +502,25 @@ _SLOT = [0]
 
 
 def setup_sources(assignment: str = "") -> list[str]:
-    """The release's set-up cells (src.replay.SETUP_CELLS), from the instructor's source
-    notebook (course/source/<assignment>/lesson.ipynb, else complete_lesson.ipynb):
-    never from a submission."""
+    """The release's set-up cells (the lesson spec's ``setup_cells``), from the
+    instructor's source notebook (course/source/<assignment>/<notebook>.ipynb, else
+    complete_lesson.ipynb): never from a submission."""
     import nbformat
 
-    from src.replay import SETUP_CELLS
+    from src import road
 
-    for path in (course_dir() / "source" / assignment / "lesson.ipynb",
+    lesson = _lesson(assignment=assignment)
+    for path in (course_dir() / "source" / assignment / f"{lesson.notebook}.ipynb",
                  ROOT / "complete_lesson.ipynb"):
         if assignment == "" and "source" in path.parts:
             continue
         if path.is_file():
-            nb = nbformat.read(path, as_version=4)
-            found = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source
-                     for c in nb.cells}
-            if all(g in found for g in SETUP_CELLS):
-                return [found[g] for g in SETUP_CELLS]
-    raise GradingError(f"no set-up cells {', '.join(SETUP_CELLS)} in the course's source")
+            found = road.setup_sources(lesson, road.notebook_cells(
+                nbformat.read(path, as_version=4)))
+            if found is not None:
+                return found
+    raise GradingError(f"no set-up cells {', '.join(lesson.setup_cells)} in the course's "
+                       "source")
 
 
 def shipped_files(assignment: str = "") -> dict:
@@ -614,8 +567,8 @@ def replay_server(assignment: str = "", unsafe: bool | None = None, fresh: bool 
             reason = sb.unavailable_reason()
             if reason:
                 raise GradingError(f"cannot sandbox the replay: {reason}")
-        server = ReplayServer(setup_sources(assignment), shipped_files(assignment),
-                              sandboxed=not unsafe, wait=wait)
+        server = ReplayServer(_lesson(assignment=assignment), setup_sources(assignment),
+                              shipped_files(assignment), sandboxed=not unsafe, wait=wait)
         server.owner, server.ready = os.getpid(), wait
         _REPLAY[key] = server
     return server
@@ -629,25 +582,20 @@ def close_replay_servers():
         del _REPLAY[key]
 
 
-def replay_notebook(nb, assignment: str = "", unsafe: bool | None = None) -> dict:
-    """{step cell grade_id: the replay's data, or why there is none} for a notebook:
-    each step cell's own source, run on the release's set-up and reference inputs."""
+def replay_steps(steps: dict, assignment: str = "", unsafe: bool | None = None) -> dict:
+    """The replay server's answer for one submission's step cells {step cell id: source}:
+    {step cell id: data or why none, "own:"+id: data} (src/replay.py)."""
     import fcntl
 
-    from src.replay import STEPS, ReplayTamperedError
+    from src.replay import ReplayTamperedError
 
-    sources = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source
-               for c in nb.cells if c.cell_type == "code"}
-    steps = {s: sources[s] for s in STEPS if isinstance(sources.get(s), str)}
-    out = {s: f"the notebook has no cell with grade_id {s}" for s in STEPS if s not in steps}
     for attempt in (0, 1):
         server = replay_server(assignment, unsafe, fresh=attempt == 1)
         # (a slot's server serves one worker at a time; the lock guards other callers)
         fd = os.open(server.box.root / "lock", os.O_CREAT | os.O_RDWR, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            out.update(server.replay(steps))
-            return out
+            return server.replay(steps)
         except ReplayTamperedError as exc:
             # The server stopped before any other submission met the tampered set-up; the
             # next one gets a fresh server.
@@ -659,43 +607,45 @@ def replay_notebook(nb, assignment: str = "", unsafe: bool | None = None) -> dic
                 raise GradingError(f"the replay failed twice ({exc})") from None
         finally:
             os.close(fd)
-    return out
+    return {}
+
+
+def grade_notebook(nb, assignment: str = "", unsafe: bool | None = None):
+    """The road's verdicts (src/road.py) on a submitted notebook: its step cells' own
+    code, replayed in the sandboxed fork server and judged in a child of this process."""
+    from src import road
+
+    lesson = _lesson(assignment=assignment)
+    cells = road.notebook_cells(nb)
+    return road.verdicts(lesson, road.step_sources(lesson, cells),
+                         lambda steps: replay_steps(steps, assignment, unsafe),
+                         cells=cells, judge=_judge_or_say)
 
 
 class TrustedScores(NbGraderPreprocessor):
-    """Each test cell's score from a trusted replay of its step cell's own code (see
-    src/replay.py), judged in the instructor's process."""
+    """Each check cell's score from the road (src/road.py): a trusted replay of its step
+    cell's own code, judged in the instructor's process."""
 
     def preprocess(self, nb, resources):
         state = resources.get(_KEY)
         if state is None:
             raise GradingError("TrustedScores needs SandboxedExecute before it in "
                                "Autograde.autograde_preprocessors")
-        verify = _verify()
         assignment = resources.get("nbgrader", {}).get("assignment", "")
-        replayed = replay_notebook(nb, assignment)
-        cells, rows = verify.GRADE_CELLS, []
+        found = grade_notebook(nb, assignment)
+        rows = []
         for cell in nb.cells:
             md = cell.metadata.get("nbgrader", {})
             gid = md.get("grade_id")
-            if not (cell.cell_type == "code" and md.get("grade") and gid in cells):
+            if not (cell.cell_type == "code" and md.get("grade") and gid in found.summaries):
                 continue
-            step = verify.STEP_CELLS.get(gid)
-            data, own = replayed.get(step, "no step cell"), replayed.get(f"own:{step}")
-            if isinstance(data, dict):
-                try:
-                    score, max_score, text, markdown = judge_isolated(verify, gid, data, own)
-                except GradingError as exc:
-                    data = str(exc)
-            if not isinstance(data, dict):
-                score, max_score = 0.0, float(sum(cells[gid].values()))
-                why = data or "no data"
-                text = f"[FAIL] {gid}: 0/{max_score:g} points\n  Not graded: {why}."
-                markdown = f"✘ **{gid}: 0/{max_score:g} points**\n\nNot graded: {why}."
+            summary = found.summaries[gid]
+            score, max_score = float(summary.score), float(summary.max_score)
+            text, markdown = str(summary), summary._repr_markdown_()
             shown = state["shown"].get(gid)
             rows.append({"cell": gid, "verified": score, "max": max_score, "shown": shown})
-            if isinstance(data, dict) and "variant.seed" in data:
-                rows[-1]["second_run_seed"] = str(data["variant.seed"])  # (to reproduce it)
+            if gid in found.seeds:
+                rows[-1]["second_run_seed"] = found.seeds[gid]  # (to reproduce it)
             if score < max_score:
                 rows[-1]["verified_says"] = _first_finding(text)
             images = [o for o in cell.get("outputs", []) if o.get("output_type") == "display_data"

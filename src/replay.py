@@ -4,15 +4,15 @@ A step is judged by what its own cell's code computes, never by what a
 namespace holds when its test cell runs. For each step cell (found by its
 nbgrader grade_id) the replay:
 
-1. builds a fresh namespace: the set-up names of the release's Cells 2–3
+1. builds a fresh namespace: the set-up names of the release's set-up cells
    (copies, so nothing a run does reaches the next), the *reference* tensors
    of the steps before (``query = q_proj(x)`` ... computed here, with their
    autograd graphs, exactly as the lesson makes them), and ``None`` for the
    names of this step and the later ones (as Cell 2 leaves them);
 2. runs the cell's source there (output captured, nothing displayed);
 3. reads off, as data only, what the code did: what it assigned (or the
-   error it raised, and on which line), the tensors it made, its softmax's
-   outputs on probe inputs, whether it changed its inputs in place, and what
+   error it raised, and on which line), the tensors it made, a function's
+   outputs on the lesson's probe inputs, whether it changed its inputs in place, and what
    its outputs depend on (the autograd graph and gradients with respect to
    the layers' parameters or to its input), gathered with functions captured
    before any student code ran.
@@ -20,13 +20,15 @@ nbgrader grade_id) the replay:
 So only the step cell's own code can earn its step (earlier, added or
 hidden cells, hooks and patched modules never run in the replay), and an
 earlier slip never costs twice (each cell meets correct inputs). The data
-goes to :func:`verify.judge`, which is pure.
+goes to :func:`src.checks.judge.judge`, which is pure. What the lesson is (its
+set-up, steps, names, reference chain) comes from its spec (``src/lessons/``).
 
 Grading runs the replay in a *fork server* inside the bubblewrap sandbox
 (:class:`ReplayServer`): one process imports torch and runs the set-up once,
 then forks a child per cell run, killed at its deadline. The student's own
-kernel (the live check cells) runs the same :func:`replay_step` in-process on
-the source the kernel holds in its input history (:func:`source_in_history`).
+kernel (the live check, ``src/live.py``) runs the same :func:`replay_in_process`
+on the source the student last ran in each step cell; ``src/road.py`` is the one
+road from those sources to the verdicts.
 
 Shape legend: B = 1 batch, L = S = 6 tokens, d_k = d_model = 64; query, key,
 value, attended_values [B, L, d_k]; attention_scores, attention_weights
@@ -57,32 +59,9 @@ from pathlib import Path
 
 import numpy as np
 
+from src.checks.util import output_gradient
+
 ROOT = Path(__file__).resolve().parent.parent
-#: The release's set-up cells, run once before any step.
-SETUP_CELLS = ("cell2_setup", "cell3_data")
-#: Step cell grade_id -> (its test cell's grade_id, the names it must assign).
-STEPS = {
-    "cell4_projections": ("cell4_projections_test", ("query", "key", "value")),
-    "cell5_scores": ("cell5_scores_test", ("attention_scores",)),
-    "cell6_softmax": ("cell6_softmax_test", ("softmax", "attention_weights")),
-    "cell7_values": ("cell7_values_test", ("attended_values",)),
-}
-STEP_OF_TEST = {test: step for step, (test, _) in STEPS.items()}
-#: Every name a step makes, in lesson order.
-OFFICIAL = tuple(n for _, names in STEPS.values() for n in names)
-#: What each step reads: its inputs (checked for in-place changes, the roots of its
-#: gradients). Cell 4's inputs are x and the layers' parameters.
-INPUTS = {"cell4_projections": ("x",), "cell5_scores": ("query", "key"),
-          "cell6_softmax": ("attention_scores",),
-          "cell7_values": ("attention_weights", "value")}
-#: Set-up tensors no step cell may change in place (every later cell reads them).
-WATCHED_SETUP = ("x",)
-#: The names the release's set-up cells bind; a test compares them with the notebook.
-SETUP_NAMES = (
-    "math", "matplotlib", "np", "torch", "display", "PROMPT_EXAMPLE", "load_example",
-    "AttentionExplorer", "attention_table", "plot_scaling_effect", "show_attention",
-    "show_figure", "Summary", "compare_with_torch_softmax", "example", "tokens", "x",
-    "q_proj", "k_proj", "v_proj", "d_k")
 #: Limits of one replay: seconds per cell run, per student, bytes of a run's data. A right
 #: step cell's run takes 2-20 ms here (74 ms at most over the blind sets' right cells, on
 #: a loaded machine), a whole submission's well under a second: these caps are 10 times
@@ -91,49 +70,6 @@ SETUP_NAMES = (
 RUN_SECONDS = 1.0
 STUDENT_SECONDS = 3.0
 DATA_BYTES = 4 * 2**20
-#: Fixed output gradients for the dependence checks (the judge recomputes them).
-GRAD_SEED = 20261123
-#: The second run of a step cell, as if the sentence were another one: other embeddings
-#: x (6 x N(0, 1), so that the scores reach about ±36 where the lesson's stay within
-#: ±0.6) and every earlier tensor made from them. Code right on the lesson's numbers only
-#: (a clip, a result typed in) is told apart there. The seed is a fresh random draw for
-#: every submission (nothing in the release predicts it), chosen by the server, not the
-#: child, and recorded in the instructor's report. Cell 6's weights are left out: its
-#: softmax is probed on its own.
-VARIANT_STEPS = ("cell4_projections", "cell5_scores", "cell7_values")
-
-
-def output_gradient(shape) -> np.ndarray:
-    """The fixed upstream gradient (float32) the replay backpropagates for ``shape``."""
-    return np.random.default_rng(GRAD_SEED).standard_normal(shape).astype(np.float32)
-
-
-# ------------------------------------------------------------- reference
-def reference_softmax(x, dim: int = -1):
-    """A stable softmax written with torch ops (the lesson's reference; all -inf -> 0).
-
-    x: any shape, e.g. [B, L, S]; returns the same shape.
-    """
-    import torch
-
-    x_max = x.amax(dim=dim, keepdim=True)
-    x_max = torch.where(torch.isneginf(x_max), torch.zeros_like(x_max), x_max)
-    exps = torch.exp(x - x_max)
-    totals = exps.sum(dim=dim, keepdim=True)
-    return exps / torch.where(totals == 0, torch.ones_like(totals), totals)
-
-
-def reference_names(ns: dict) -> dict:
-    """The lesson's tensors, made from ``ns``'s own x and layers as the lesson makes them
-    (so they carry the same autograd graph): query, key, value [B, L, d_k] ->
-    attention_scores, attention_weights [B, L, S] -> attended_values [B, L, d_k]."""
-    query, key, value = ns["q_proj"](ns["x"]), ns["k_proj"](ns["x"]), ns["v_proj"](ns["x"])
-    raw = query @ key.transpose(-2, -1)
-    scores = raw / math.sqrt(ns["d_k"])
-    weights = reference_softmax(scores, dim=-1)
-    return {"query": query, "key": key, "value": value, "attention_scores": scores,
-            "softmax": reference_softmax, "attention_weights": weights,
-            "attended_values": weights @ value}
 
 
 _PINNED: list = [None]
@@ -158,23 +94,17 @@ def pinned_seed(seed: int | None):
         _PINNED[0] = old
 
 
-def variant_x(seed: int) -> np.ndarray:
-    """The embeddings [1, 6, 64] (float32) of the second run with ``seed``."""
-    rng = np.random.default_rng(seed)
-    return (6 * rng.standard_normal((1, 6, 64))).astype(np.float32)
-
-
-def _variant_run(step: str, code, setup: dict, seed: int) -> dict:
-    """The step cell's code once more, on :func:`variant_x` and the tensors made from it:
-    ``variant.in.x``, ``variant.out.<name>`` (its outputs' values) or ``variant.raised``.
-    Never raises."""
-    import verify
+def _variant_run(lesson, step: str, code, setup: dict, seed: int) -> dict:
+    """The step cell's code once more, on the lesson's ``variant_x`` and the tensors made
+    from it: ``variant.in.x``, ``variant.out.<name>`` (its outputs' values) or
+    ``variant.raised``. Never raises."""
+    from src.checks import observe
 
     out = {}
     try:
-        out["variant.in.x"] = x = variant_x(seed)
-        ns, _ = fresh_namespace(setup, step, x=x)
-        test_id, names = STEPS[step]
+        out["variant.in.x"] = x = lesson.variant_x(seed)
+        ns, _ = fresh_namespace(lesson, setup, step, x=x)
+        test_id, names = lesson.by_cell[step].test, lesson.by_cell[step].names
         try:
             with _quiet():
                 exec(code, ns)  # noqa: S102  (the student's cell again, its own namespace)
@@ -183,7 +113,7 @@ def _variant_run(step: str, code, setup: dict, seed: int) -> dict:
                 raise
             out["variant.raised"] = np.array(f"{type(exc).__name__}: {str(exc)[:160]}")
             return out
-        seen = verify.observe(test_id, _Official(ns))
+        seen = observe.observe(test_id, _Official(lesson, ns))
         for n in names:
             values = seen.get(f"t.{n}.values")
             if isinstance(values, np.ndarray):
@@ -209,12 +139,6 @@ def _shared(obj) -> bool:
         obj, "__dict__") or obj is __builtins__
 
 
-def later_than(a: str, b: str) -> bool:
-    """Whether step cell ``a`` comes after ``b`` in the lesson."""
-    order = list(STEPS)
-    return order.index(a) > order.index(b)
-
-
 def _independent(t):
     """A reference tensor as a graph of its own (a non-leaf that requires grad, like the
     lesson's), so that a gradient with respect to it is not one through another input."""
@@ -229,7 +153,7 @@ def _no_display(*objs, **kwargs):
     """``display`` during a replay: nothing is shown."""
 
 
-def fresh_namespace(setup: dict, step: str, upstream: dict | None = None,
+def fresh_namespace(lesson, setup: dict, step: str, upstream: dict | None = None,
                     x: np.ndarray | None = None) -> tuple[dict, dict]:
     """(namespace for ``step``'s run, {input name: the object injected}).
 
@@ -251,20 +175,20 @@ def fresh_namespace(setup: dict, step: str, upstream: dict | None = None,
     if x is not None:
         with torch.no_grad():
             ns["x"].copy_(torch.from_numpy(np.array(x, dtype=np.float32)))
-    ref = reference_names(ns)
+    ref = lesson.torch_reference(ns)
     later = False
-    for s, (_, names) in STEPS.items():
-        later = later or s == step
-        for n in names:
+    for st in lesson.steps:
+        later = later or st.cell == step
+        for n in st.names:
             ns[n] = None if later else _independent(ref[n])
             if not later and upstream and n in upstream:
                 ns[n] = _as_lesson_object(upstream[n])
     # Every earlier tensor is an input: what the code depends on is read off its gradients
     # with respect to each (they are independent of one another, so each one counts alone).
-    inputs = {n: ns[n] for s, (_, names) in STEPS.items() if s != step for n in names
-              if not later_than(s, step) and torch.is_tensor(ns[n])}
-    if step == "cell4_projections":
-        for layer in ("q_proj", "k_proj", "v_proj"):
+    inputs = {n: ns[n] for st in lesson.steps if st.cell != step for n in st.names
+              if not lesson.later_than(st.cell, step) and torch.is_tensor(ns[n])}
+    for check in lesson.by_cell[step].checks:  # a step made by the set-up's layers
+        for layer in check.layers.values():
             for part in ("weight", "bias"):
                 inputs[f"{layer}.{part}"] = getattr(ns[layer], part)
     return ns, inputs
@@ -282,13 +206,13 @@ def _as_lesson_object(value):
     return t.requires_grad_() / 1 if grad and t.is_floating_point() else t
 
 
-def own_upstream(ns) -> dict:
-    """The official names a student's own run left in ``ns``, as data only:
+def own_upstream(lesson, ns) -> dict:
+    """The lesson's names a student's own run left in ``ns``, as data only:
     {name: (kind, array, requires grad)} for tensors and NumPy arrays of numbers."""
     import torch
 
     out = {}
-    for n in OFFICIAL:
+    for n in lesson.official:
         v = ns.get(n)
         if type(v) is torch.Tensor and v.layout == torch.strided and v.numel() <= 2**16:
             with contextlib.suppress(Exception):
@@ -298,11 +222,13 @@ def own_upstream(ns) -> dict:
     return out
 
 
-def same_as_reference(upstream: dict, setup: dict, step: str) -> bool:
+def same_as_reference(lesson, upstream: dict, setup: dict, step: str) -> bool:
     """Whether the student's own inputs of ``step`` equal the reference ones (then the
     run on them would only repeat the reference run)."""
-    ref = reference_names(fresh_namespace(setup, "cell4_projections")[0])
-    for n in INPUTS[step] + (("value",) if step == "cell7_values" else ()):
+    ref = lesson.torch_reference(fresh_namespace(lesson, setup, lesson.steps[0].cell)[0])
+    st = lesson.by_cell[step]
+    upstream_names = {n for c in st.checks for n in c.upstream}
+    for n in [n for n in st.inputs if n in ref] + sorted(upstream_names - set(st.inputs)):
         got = upstream.get(n)
         want = ref[n].detach().numpy()
         if got is None or got[0] != "tensor" or got[1].shape != want.shape or \
@@ -311,18 +237,18 @@ def same_as_reference(upstream: dict, setup: dict, step: str) -> bool:
     return True
 
 
-def run_chain(sources: dict, setup: dict) -> dict:
+def run_chain(lesson, sources: dict, setup: dict) -> dict:
     """The student's step cells run in order in one namespace, as the notebook runs them:
     {step: own_upstream after it}. Only ever used as data for a later step's second run."""
-    ns, _ = fresh_namespace(setup, "cell4_projections")
+    ns, _ = fresh_namespace(lesson, setup, lesson.steps[0].cell)
     out = {}
-    for step in STEPS:
+    for step in lesson.by_cell:
         src = sources.get(step)
         if isinstance(src, str):
             with contextlib.suppress(BaseException), _quiet():
                 exec(_compile(src, f"<{step}>"), ns)  # noqa: S102
             _Captured().clean()
-        out[step] = own_upstream(ns)
+        out[step] = own_upstream(lesson, ns)
     return out
 
 
@@ -435,11 +361,12 @@ def _assigned_names(source: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def replay_step(step: str, source: str, setup: dict, upstream: dict | None = None,
+def replay_step(lesson, step: str, source: str, setup: dict, upstream: dict | None = None,
                 seed: int | None = None) -> dict:
-    """Run ``step``'s cell source on the reference inputs; return the judge's data.
+    """Run step cell ``step``'s source on the reference inputs; return the judge's data.
 
-    The data is :func:`verify.observe`'s for the step's test cell, plus ``cell.*``
+    The data is :func:`src.checks.observe.observe`'s for the step's check cell, plus
+    ``cell.*``
     (the cell ran; what it raised, on which line) and ``replay.*`` facts:
     ``replay.mutated`` (inputs changed in place), ``replay.misspelled``
     ([assigned name, expected name]), ``replay.grad.<out>.<input>`` (gradients
@@ -450,17 +377,17 @@ def replay_step(step: str, source: str, setup: dict, upstream: dict | None = Non
     """
     import torch
 
-    import verify
     from src.checks import observe
 
     cap = _Captured()
-    test_id, names = STEPS[step]
+    test_id = lesson.by_cell[step].test
     filename = f"<{step}>"
-    ns, inputs = fresh_namespace(setup, step, upstream)
+    ns, inputs = fresh_namespace(lesson, setup, step, upstream)
     own = {"replay.own": np.array(True)} if upstream else {}
     # Inputs changed in place: the earlier tensors, the layers' parameters, and the set-up's
     # x (which every later cell reads).
-    watched = {**inputs, **{n: ns[n] for n in WATCHED_SETUP if cap.is_tensor(ns.get(n))}}
+    watched = {**inputs, **{n: ns[n] for n in lesson.watched_setup
+                            if cap.is_tensor(ns.get(n))}}
     before = {n: t.detach().clone() for n, t in watched.items() if cap.is_tensor(t)}
     error, sink = None, io.StringIO()
     threads = torch.get_num_threads()
@@ -478,19 +405,20 @@ def replay_step(step: str, source: str, setup: dict, upstream: dict | None = Non
         cap.clean()
         torch.set_num_threads(threads)
     # What the cell did is this run's, never a kernel's last cell (observe's cell.*).
-    data = {k: v for k, v in verify.observe(test_id, _Official(ns)).items()
+    data = {k: v for k, v in observe.observe(test_id, _Official(lesson, ns)).items()
             if not k.startswith("cell.")}
     data.update({"cell.ran": np.array(True), "cell.replayed": np.array(True)})
     if error is not None:
         lineno, line = _line_of(error, filename, source)
         data["cell.raised"] = observe._raised(observe._error_text(error), line)
         data["cell.lineno"] = np.array(lineno)
-    data.update(_facts(cap, step, ns, inputs, watched, before, source))
+    data.update(_facts(lesson, cap, step, ns, inputs, watched, before, source))
     if course:
         data["replay.course_code"] = np.array(sorted(course)[:8], dtype=str)
     data.update(own)
-    if upstream is None and error is None and step in VARIANT_STEPS:
-        data.update(_variant_run(step, code, setup, draw_seed() if seed is None else seed))
+    if upstream is None and error is None and lesson.by_cell[step].variant:
+        data.update(_variant_run(lesson, step, code, setup,
+                                 draw_seed() if seed is None else seed))
     return data
 
 
@@ -508,13 +436,13 @@ def _helper_codes(setup: dict) -> frozenset:
 
 
 class _Official(dict):
-    """The namespace as the observer may see it: the official names only."""
+    """The namespace as the observer may see it: the lesson's names only."""
 
-    def __init__(self, ns):
-        super().__init__({n: ns.get(n) for n in OFFICIAL})
+    def __init__(self, lesson, ns):
+        super().__init__({n: ns.get(n) for n in lesson.official})
 
 
-def _facts(cap, step, ns, inputs, watched, before, source) -> dict:
+def _facts(lesson, cap, step, ns, inputs, watched, before, source) -> dict:
     out = {}
     try:
         mutated = [n for n, old in before.items()
@@ -522,9 +450,9 @@ def _facts(cap, step, ns, inputs, watched, before, source) -> dict:
                            and bool(cap.equal(watched[n].detach(), old)))]
         if mutated:
             out["replay.mutated"] = np.array(mutated, dtype=str)
-        _, names = STEPS[step]
+        names = lesson.by_cell[step].names
         missing = [n for n in names if ns.get(n) is None]
-        bound = [a for a in _assigned_names(source) if a not in OFFICIAL]
+        bound = [a for a in _assigned_names(source) if a not in lesson.official]
         for n in missing:
             close = difflib.get_close_matches(n, bound, n=1, cutoff=0.75)
             if close:
@@ -553,47 +481,6 @@ def _facts(cap, step, ns, inputs, watched, before, source) -> dict:
     return out
 
 
-# ---------------------------------------------------------- the live check
-def source_in_history(step: str, history) -> str | None:
-    """The latest input in ``history`` (IPython's ``In``) that binds one of ``step``'s
-    names at the top level: the code that made what the namespace holds now."""
-    _, names = STEPS[step]
-    for src in reversed(list(history)[-200:]):
-        if not isinstance(src, str) or "check_" in src:
-            continue
-        try:
-            tree = ast.parse(src)
-        except SyntaxError:
-            try:
-                from IPython.core.inputtransformer2 import TransformerManager
-
-                tree = ast.parse(TransformerManager().transform_cell(src))
-            except Exception:  # noqa: BLE001  (a cell that does not parse: the replay says so)
-                if any(f"{n} =" in src or f"{n}=" in src for n in names):
-                    return src
-                continue
-        for node in tree.body:
-            targets = []
-            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            elif isinstance(node, (ast.FunctionDef, ast.For, ast.With, ast.If, ast.Try)):
-                targets = [n for n in ast.walk(node)
-                           if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
-                if isinstance(node, ast.FunctionDef):
-                    targets.append(ast.Name(id=node.name))
-            found = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-            if found & set(names) - ({"softmax"} if step == "cell6_softmax" else set()):
-                return src
-    return None
-
-
-def live_setup(user_ns) -> dict | None:
-    """The set-up names from a kernel's namespace, or None if the set-up has not run."""
-    if not all(n in user_ns for n in SETUP_NAMES):
-        return None
-    return {**{n: user_ns[n] for n in SETUP_NAMES}, "__builtins__": __builtins__}
-
-
 # --------------------------------------------------------------- data wire
 def pack(data: dict) -> bytes:
     buf = io.BytesIO()
@@ -603,7 +490,7 @@ def pack(data: dict) -> bytes:
 
 def unpack(raw: bytes, cap: int = DATA_BYTES, what: str = "the replay's data",
            max_arrays: int = 512) -> dict:
-    """Arrays from .npz bytes (``pack``'s, or a grading kernel's export), as data only: no
+    """Arrays from .npz bytes (``pack``'s), as data only: no
     pickle, at most ``cap`` bytes (also uncompressed) and ``max_arrays`` arrays. Raises
     ValueError with the reason, naming ``what``."""
     if len(raw) > cap:
@@ -655,7 +542,7 @@ def _recv(fd, deadline=None, cap=64 * 2**20):
         return None
 
 
-def decode_answer(msg: dict, steps) -> dict:
+def decode_answer(lesson, msg: dict, steps) -> dict:
     """{step: data or why none, "own:"+step: data (when there was a second run)}."""
     out = {}
     for key in [*steps, *("own:" + s for s in steps)]:
@@ -669,7 +556,7 @@ def decode_answer(msg: dict, steps) -> dict:
             if isinstance(out[key], dict) and isinstance(seed, int) and \
                     "variant.in.x" in out[key]:
                 # The second run's inputs as the server chose them, not as the child says.
-                out[key]["variant.in.x"] = variant_x(seed)
+                out[key]["variant.in.x"] = lesson.variant_x(seed)
                 out[key]["variant.seed"] = np.array(str(seed))
         elif key in steps:
             err = got.get("error") if isinstance(got, dict) else None
@@ -677,16 +564,21 @@ def decode_answer(msg: dict, steps) -> dict:
     return out
 
 
-def replay_in_process(sources: dict, setup: dict) -> dict:
-    """The fork server's answer, computed in this process (tests, the corpus): only for
-    code that is trusted not to harm the process."""
-    steps = {k: v for k, v in sources.items() if k in STEPS and isinstance(v, str)}
-    out = {step: replay_step(step, src, setup) for step, src in steps.items()}
-    own, order = run_chain(steps, setup), list(STEPS)
-    for step in steps:
-        before = own.get(order[order.index(step) - 1]) if order.index(step) else None
-        if before and not same_as_reference(before, setup, step):
-            out["own:" + step] = replay_step(step, steps[step], setup, before)
+def replay_in_process(lesson, sources: dict, setup: dict, only=None) -> dict:
+    """The fork server's answer, computed in this process (the live check in a student's
+    own kernel, tests, the corpus): for code that can harm no one but its own process.
+    ``only``: the step cells to answer for (default: every one in ``sources``); the
+    others are still run as the chain that makes their own tensors."""
+    steps = {k: v for k, v in sources.items() if k in lesson.by_cell and isinstance(v, str)}
+    wanted = [s for s in steps if only is None or s in only]
+    out = {step: replay_step(lesson, step, steps[step], setup) for step in wanted}
+    order = list(lesson.by_cell)
+    if any(order.index(s) for s in wanted):
+        own = run_chain(lesson, steps, setup)
+        for step in wanted:
+            before = own.get(order[order.index(step) - 1]) if order.index(step) else None
+            if before and not same_as_reference(lesson, before, setup, step):
+                out["own:" + step] = replay_step(lesson, step, steps[step], setup, before)
     return out
 
 
@@ -701,11 +593,11 @@ def _pack_upstream(chain: dict) -> dict:
     return out
 
 
-def _unpack_upstream(data: dict) -> dict:
+def _unpack_upstream(lesson, data: dict) -> dict:
     out = {}
     for key, arr in data.items():
         step, n, field = key.rsplit(".", 2) if key.count(".") >= 2 else ("", "", "")
-        if field == "values" and step in STEPS and n in OFFICIAL:
+        if field == "values" and step in lesson.by_cell and n in lesson.official:
             kind = str(data.get(f"{step}.{n}.kind", "tensor"))
             if kind in ("tensor", "ndarray") and arr.dtype.kind in "biuf":
                 out.setdefault(step, {})[n] = (kind, arr, bool(data.get(f"{step}.{n}.grad")))
@@ -826,7 +718,7 @@ def confine_child() -> bool:
     return libc.prctl(_PR_SET_SECCOMP, 2, ctypes.byref(fprog), 0, 0) == 0  # FILTER
 
 
-def _run_child(job, setup, write_fd, seconds):
+def _run_child(lesson, job, setup, write_fd, seconds):
     """In a forked child: limits, then the job (("step", step, source, upstream) or
     ("chain", sources)); its data goes to ``write_fd``."""
     import resource
@@ -839,9 +731,9 @@ def _run_child(job, setup, write_fd, seconds):
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         confine_child()
         if job[0] == "chain":
-            data = _pack_upstream(run_chain(job[1], setup))
+            data = _pack_upstream(run_chain(lesson, job[1], setup))
         else:
-            data = replay_step(job[1], job[2], setup, job[3], job[4])
+            data = replay_step(lesson, job[1], job[2], setup, job[3], job[4])
         payload = base64.b64encode(pack(data)).decode()
         _send(write_fd, {"data": payload})
     except BaseException as exc:  # noqa: BLE001
@@ -852,7 +744,7 @@ def _run_child(job, setup, write_fd, seconds):
         os._exit(code)
 
 
-def _run_forked(job, setup, seconds, protect=()):
+def _run_forked(lesson, job, setup, seconds, protect=()):
     """One job in a forked child, killed at ``seconds``: {"data": ...} or {"error"}."""
     read, write = os.pipe()
     pid = os.fork()
@@ -861,7 +753,7 @@ def _run_forked(job, setup, seconds, protect=()):
         for fd in protect:  # the server's own channel is not the student's to write
             with contextlib.suppress(OSError):
                 os.close(fd)
-        _run_child(job, setup, write, seconds)
+        _run_child(lesson, job, setup, write, seconds)
     os.close(write)
     try:
         msg = _recv(read, time.monotonic() + seconds, cap=2 * DATA_BYTES)
@@ -1041,7 +933,9 @@ def server_state() -> tuple:
 
 
 def serve(setup_path: str, sandboxed: bool):
-    """The fork server's loop: read {"steps": {step: source}} requests on stdin, answer
+    """The fork server's loop for the lesson and set-up in ``setup_path`` (JSON:
+    {"lesson": name, "setup": [source, ...]}): read {"steps": {step: source}} requests on
+    stdin, answer
     {step: {"data": base64 npz} | {"error": text}} on stdout. If the set-up it hands to
     every replay changed during a submission's runs, it answers {"tampered": text} and
     stops: no later submission is replayed on tampered inputs."""
@@ -1054,9 +948,12 @@ def serve(setup_path: str, sandboxed: bool):
     torch.set_num_threads(1)
     if os.environ.get("ATTENTION_TEST_DUMPABLE_SERVER") != "1":  # (tests of the digest)
         not_dumpable()
-    sources = json.loads(Path(setup_path).read_text())
-    setup = setup_namespace(sources)
-    reference_names(setup)  # warm the ops once, before any fork
+    from src import lessons
+
+    spec = json.loads(Path(setup_path).read_text())
+    lesson = lessons.lesson(spec["lesson"])
+    setup = setup_namespace(spec["setup"])
+    lesson.torch_reference(setup)  # warm the ops once, before any fork
     from src.checks import observe
 
     observe.course_codes()  # (once, before any fork: what a relabelled copy is compared with)
@@ -1068,7 +965,7 @@ def serve(setup_path: str, sandboxed: bool):
         req = _recv(rfd)
         if req is None:
             return
-        answer = _answer(req, setup, sandboxed, (rfd, wfd))
+        answer = _answer(lesson, req, setup, sandboxed, (rfd, wfd))
         answer["id"] = req.get("id")  # which request this answers
         _reset_scratch(scratch, kept)  # nothing one submission's runs left reaches the next
         changed = [what for what, same in (
@@ -1081,18 +978,18 @@ def serve(setup_path: str, sandboxed: bool):
         _send(wfd, answer)
 
 
-def _answer(req, setup, sandboxed, protect):
+def _answer(lesson, req, setup, sandboxed, protect):
     """{step: {"data"|"error"}, "own:"+step: ...} for one submission's request."""
     deadline = time.monotonic() + float(req.get("seconds", STUDENT_SECONDS))
     steps = {k: v for k, v in req.get("steps", {}).items()
-             if k in STEPS and isinstance(v, str)}
+             if k in lesson.by_cell and isinstance(v, str)}
 
     def run(job):
         left = deadline - time.monotonic()
         if left <= 0:
             return {"error": "not run: this submission used up its replay time"}
         try:
-            answer = _run_forked(job, setup, min(RUN_SECONDS, left), protect)
+            answer = _run_forked(lesson, job, setup, min(RUN_SECONDS, left), protect)
             if job[0] == "step" and job[3] is None:
                 answer["seed"] = job[4]
             return answer
@@ -1105,13 +1002,13 @@ def _answer(req, setup, sandboxed, protect):
     chain = run(("chain", steps))
     if "data" in chain:
         try:
-            own = _unpack_upstream(unpack(base64.b64decode(chain["data"])))
+            own = _unpack_upstream(lesson, unpack(base64.b64decode(chain["data"])))
         except (ValueError, TypeError):
             own = {}
-        order = list(STEPS)
+        order = list(lesson.by_cell)
         for step in steps:  # a second run on the student's own inputs, where they differ
             before = own.get(order[order.index(step) - 1]) if order.index(step) else None
-            if before and not same_as_reference(before, setup, step):
+            if before and not same_as_reference(lesson, before, setup, step):
                 out["own:" + step] = run(("step", step, steps[step], before, None))
     return out
 
@@ -1123,18 +1020,20 @@ class ReplayTamperedError(RuntimeError):
 class ReplayServer:
     """A fork server in its own sandbox (or, unsandboxed, a plain child process).
 
-    ``setup_sources``: the release's set-up cells. ``shipped``: verify.py, src/,
-    data/ as released. :meth:`replay` answers one submission.
+    ``lesson``: the lesson's spec. ``setup_sources``: the release's set-up cells.
+    ``shipped``: verify.py, src/, data/ as released. :meth:`replay` answers one
+    submission.
     """
 
-    def __init__(self, setup_sources, shipped: dict, sandboxed: bool = True,
+    def __init__(self, lesson, setup_sources, shipped: dict, sandboxed: bool = True,
                  start_seconds: float = 120.0, wait: bool = True):
         from src import sandbox as sb
 
-        self.sandboxed, self.owner = sandboxed, os.getpid()
+        self.lesson, self.sandboxed, self.owner = lesson, sandboxed, os.getpid()
         self.box = sb.Sandbox(shipped, sb.LIMITS, enabled=sandboxed, ipc=False)
         setup_file = self.box.root / "setup.json"
-        setup_file.write_text(json.dumps(list(setup_sources)))
+        setup_file.write_text(json.dumps({"lesson": lesson.name,
+                                          "setup": list(setup_sources)}))
         if self.box.uid >= 0:
             os.chown(setup_file, self.box.uid, self.box.uid)
         inside = f"{sb.WORKDIR}/setup.json" if sandboxed else str(setup_file)
@@ -1201,7 +1100,7 @@ class ReplayServer:
         if "tampered" in msg:
             self.proc.kill()
             raise ReplayTamperedError(str(msg["tampered"])[:200])
-        return decode_answer(msg, steps)
+        return decode_answer(self.lesson, msg, steps)
 
     def close(self):
         with contextlib.suppress(Exception):

@@ -8,9 +8,6 @@ instructor's tree. Here each grading kernel runs inside ``bwrap`` (Debian's
   grader's ``sys.path`` (but the repository and the course), read-only;
 - a private, size-capped working directory (its cwd) holding the
   instructor's shipped ``verify.py``, ``src/`` and ``data/`` read-only;
-- ``/grading``: where the lesson's test cells export the data that the
-  instructor's process then judges (``src/grading.py``); read-only but for
-  the export files themselves;
 - the directory of its own IPC sockets (short, fixed, never under $TMPDIR;
   sealed once the kernel has started), and a private ``/tmp``.
 
@@ -41,7 +38,6 @@ from jupyter_client.manager import AsyncKernelManager
 
 #: Where the kernel sees things inside the sandbox.
 WORKDIR = "/home/student/attention"
-EXPORT_DIR = "/grading"
 
 
 @dataclass(frozen=True)
@@ -57,7 +53,6 @@ class Limits:
     budget_factor: float = 8.0  # ... and at most this many times the reference run
     budget_floor: int = 30  # ... but never less than this (a loaded machine)
     output_kb: int = 512  # stored output per cell; more is cut with a note
-    export_kb: int = 4096  # largest export file the trusted step reads
     message_mb: int = 64  # largest message the grader accepts from the kernel
     notebook_mb: int = 20  # largest notebook file graded
     max_cells: int = 400  # most cells a graded notebook may have
@@ -72,10 +67,10 @@ class Limits:
         derived = max(self.budget_floor, round(self.budget_factor * reference_seconds))
         return min(self.notebook_seconds, derived)
 
-    def write_mb(self, exports: int) -> int:
+    def write_mb(self) -> int:
         """Everything a kernel can write, at most: /tmp, its working directory and /dev/shm
-        (size-capped tmpfs), one file per export (file_mb each) and its stderr file."""
-        return 3 * self.tmp_mb + (exports + 1) * self.file_mb
+        (size-capped tmpfs) and its stderr file (file_mb)."""
+        return 3 * self.tmp_mb + self.file_mb
 
 
 LIMITS = Limits()
@@ -271,35 +266,26 @@ class Sandbox:
     """The private world of one grading kernel (a temporary directory of the instructor).
 
     ``shipped``: {name inside the working directory: host path}, bound read-only.
-    ``export_dir`` (host side) is ``/grading`` inside; ``run_dir`` holds the IPC sockets
-    (``ipc=False``, the replay server, which talks over pipes: none is made).
+    ``run_dir`` holds the IPC sockets (``ipc=False``, the replay server, which talks over
+    pipes: none is made).
     """
 
     def __init__(self, shipped: dict, limits: Limits = LIMITS, enabled: bool = True,
-                 export_names=(), ipc: bool = True):
+                 ipc: bool = True):
         self.limits, self.enabled = limits, enabled
-        #: The only files the kernel may write in /grading (the rest of it is read-only);
-        #: none given: /grading is writable as a whole.
-        self.export_names = tuple(export_names)
         self.shipped = {name: Path(p).resolve() for name, p in shipped.items()}
         self.root = Path(tempfile.mkdtemp(prefix="attention-grading-"))  # mode 0700
-        self.export_dir = self.root / "export"
         self.run_dir = ipc_dir_for(self.root)
         self.home = self.root / "home"  # the unsandboxed kernel's cwd (UNSAFE)
         self.stderr_path = self.root / "kernel-stderr.log"
         if ipc:
             private_dir(_IPC_BASE)
             self.run_dir.mkdir()
-        for d in (self.export_dir, self.home):
-            d.mkdir()
+        self.home.mkdir()
         self._slot = _UidSlot() if enabled else None
         uid = self._slot.uid if self._slot else -1
-        for name in self.export_names:
-            (self.export_dir / name).touch()
-            if uid >= 0:
-                os.chown(self.export_dir / name, uid, uid)
         if uid >= 0:
-            for d in (self.root, self.export_dir, self.run_dir)[:3 if ipc else 2]:
+            for d in (self.root, self.run_dir)[:2 if ipc else 1]:
                 os.chown(d, uid, uid)
         if not enabled:  # UNSAFE: the kernel runs in a plain copy
             for name, p in self.shipped.items():
@@ -308,11 +294,6 @@ class Sandbox:
     @property
     def uid(self) -> int:
         return self._slot.uid if self._slot else -1
-
-    @property
-    def export_path(self) -> str:
-        """The export directory as the kernel sees it."""
-        return EXPORT_DIR if self.enabled else str(self.export_dir)
 
     def seccomp_fd(self) -> int | None:
         """A file descriptor holding the seccomp program (inherited by bwrap), or None."""
@@ -328,7 +309,7 @@ class Sandbox:
                 host_dirs: bool = True) -> list[str]:
         """``kernel_cmd`` wrapped in bwrap and the launcher that sets the limits.
         ``host_dirs=False`` (the replay server, which talks over pipes): no writable host
-        directory at all (neither /grading nor the IPC folder), only the capped tmpfs."""
+        directory at all (not even the IPC folder), only the capped tmpfs."""
         lim = self.limits
         launcher = [sys.executable, "-c", _LAUNCHER, str(self.uid),
                     str(int(lim.memory_gb * 2**30) if lim.memory_gb else -1),
@@ -352,12 +333,6 @@ class Sandbox:
         args += _mkdirs(WORKDIR) + ["--perms", "1777", "--size", tmpfs, "--tmpfs", WORKDIR]
         for name, p in self.shipped.items():
             args += ["--ro-bind", str(p), f"{WORKDIR}/{name}"]
-        if host_dirs and self.export_names:  # a quota: only these files, each at most file_mb
-            args += ["--ro-bind", str(self.export_dir), EXPORT_DIR]
-            for name in self.export_names:
-                args += ["--bind", str(self.export_dir / name), f"{EXPORT_DIR}/{name}"]
-        elif host_dirs:
-            args += ["--bind", str(self.export_dir), EXPORT_DIR]
         if host_dirs:
             args += _mkdirs(str(self.run_dir)) + ["--bind", str(self.run_dir),
                                                   str(self.run_dir)]
@@ -374,16 +349,6 @@ class Sandbox:
         if seccomp_fd is not None:
             args += ["--seccomp", str(seccomp_fd)]
         return args + ["--chdir", WORKDIR, "--"] + launcher + kernel_cmd
-
-    def clear_export(self, name: str) -> None:
-        """Empty the export file ``name`` before its cell runs (only what the cell writes
-        counts). Bound into the sandbox, the file itself must stay."""
-        try:
-            fd = os.open(self.export_dir / name,
-                         os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK)
-            os.close(fd)
-        except OSError:  # missing, or not a file (UNSAFE): the reader says why
-            pass
 
     def seal_run_dir(self) -> None:
         """Once the kernel has bound its sockets: no new file in its IPC directory (it is

@@ -596,7 +596,7 @@ class Record:
     visible: dict = field(default_factory=dict)  # step -> CheckResult (strict=False)
     strict: dict = field(default_factory=dict)  # step -> CheckResult (strict=True)
     explicit: dict = field(default_factory=dict)  # grade id -> [dict] of the cell's calls
-    observed: dict = field(default_factory=dict)  # grade id -> judge(observe) as dicts
+    observed: dict = field(default_factory=dict)  # grade id -> the replay's, judged strictly
     reloaded: dict = field(default_factory=dict)  # grade id -> after savez/load
 
     def problems(self) -> list:
@@ -633,8 +633,8 @@ SECOND_RUN_SEED = 20261124
 
 @lru_cache(maxsize=1)
 def release_setup() -> dict:
-    """The set-up namespace of the reference's Cells 2-3, as the grader's replay has it."""
-    return replay.setup_namespace([REF[c] for c in replay.SETUP_CELLS])
+    """The set-up namespace of the reference's set-up cells, as the grader's replay has it."""
+    return replay.setup_namespace([REF[c] for c in verify.LESSON.setup_cells])
 
 
 def run_attempt(a: Attempt) -> Record:
@@ -647,17 +647,17 @@ def run_attempt(a: Attempt) -> Record:
 
 def _run_attempt(a: Attempt) -> Record:
     rec, codes = Record(a), sources(a)
-    answer = replay.replay_in_process(codes, release_setup())
-    for cid in replay.STEPS:
+    answer = replay.replay_in_process(verify.LESSON, codes, release_setup())
+    for cid in verify.LESSON.by_cell:
         gid = GRADE_OF_CELL[cid]
         data, own = answer[cid], answer.get(f"own:{cid}")
         visible = verify.judge_replay(gid, data, own).results
         for step, v, s in zip(verify.GRADE_CELLS[gid], visible,
                               verify.judge_replay(gid, data, own, strict=True).results):
             rec.visible[step], rec.strict[step] = v, s
-        rec.observed[gid] = [r.to_dict() for r in visible]
+        rec.observed[gid] = [r.to_dict() for r in rec_strict(rec, gid)]
         rec.reloaded[gid] = [r.to_dict() for r in verify.judge_replay(
-            gid, roundtrip(data), own and roundtrip(own)).results]
+            gid, roundtrip(data), own and roundtrip(own), strict=True).results]
 
     def after(cell_id, ns):
         gid = GRADE_OF_CELL.get(cell_id)
@@ -666,6 +666,11 @@ def _run_attempt(a: Attempt) -> Record:
 
     run_steps(codes, after=after)
     return rec
+
+
+def rec_strict(rec, gid):
+    """The graded (strict) results of check cell ``gid`` in ``rec``, in order."""
+    return [rec.strict[step] for step in verify.GRADE_CELLS[gid]]
 
 
 def run_corpus(attempts=None) -> list[Record]:

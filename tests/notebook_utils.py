@@ -49,6 +49,9 @@ def shell():
     sh.InteractiveTB.set_mode(mode="Minimal")
     import torch
 
+    from src import live
+
+    live.install(sh)  # (what importing verify does in a kernel: the live check's record)
     # The lesson's tensors are tiny: on a loaded machine torch's intra-op threads made each
     # op 100x slower (0.2 ms -> 21 ms, measured), for nothing.
     torch.set_num_threads(1)
@@ -63,10 +66,11 @@ def _fresh_namespace():
     return sh.user_ns
 
 
-def _run_cell(code):
+def _run_cell(code, cell_id=None):
+    """Run ``code`` as JupyterLab runs a cell: with its cell id (None: as nbclient)."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        shell().run_cell(code, store_history=True)
+        shell().run_cell(code, store_history=True, cell_id=cell_id)
 
 
 #: The set-up and data cells, run once per process when unchanged (they take most of
@@ -107,7 +111,7 @@ def _prelude(codes):
     if cached is None:
         ns = _fresh_namespace()
         for cid in PRELUDE_CELLS:
-            _run_cell(codes[cid])
+            _run_cell(codes[cid], cell_id=cid)
         names = {k: v for k, v in ns.items() if not k.startswith("_")
                  and k not in ("In", "Out", "get_ipython", "exit", "quit", "open")}
         saved = {k: t.detach().clone() for k, t in _tensors_of(names).items()}
@@ -148,7 +152,7 @@ def run_steps(codes: dict, replace: dict | None = None, after=None) -> dict:
                 assert old in code, f"{old!r} not found in {cid}"
                 code = code.replace(old, new)
             if code.strip():  # nbclient does not run an empty cell either
-                _run_cell(code)
+                _run_cell(code, cell_id=cid)
             if after is not None:
                 after(cid, ns)
     finally:

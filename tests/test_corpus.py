@@ -53,7 +53,8 @@ def test_the_names_are_unique_and_every_mistake_is_met():
 
 
 def test_explicit_check_calls_equal_judge_of_observe_and_its_round_trip(records):
-    """Invariant (a): the test cells' own calls, judge(observe(...)) and judge after
+    """Invariant (a): the test cells' own calls (the live check, on the code run in each
+    step cell), the replay judged as grading judges it, and that judge after
     np.savez/np.load(allow_pickle=False) give the same results, message for message."""
     for name, rec in records.items():
         for gid in verify.GRADE_CELLS:

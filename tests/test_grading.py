@@ -4,6 +4,7 @@ no script, failure reasons. The whole pipeline on real submissions: tests/test_c
 and the hostile cohort (make test-cohort)."""
 
 import base64
+import io
 import os
 import re
 import socket
@@ -90,7 +91,6 @@ def test_a_kernel_in_the_sandbox_sees_only_what_it_may(tmp_path):
         NotebookClient(nb, kernel_manager_class=Manager, timeout=60).execute()
         text = "".join(o.get("text", "") for o in nb.cells[0].outputs if o.get("name") == "stdout")
         seen = __import__("json").loads(text)
-        exported = (box.export_dir / "ok.txt").read_text()
     finally:
         box.cleanup()
         listener.close()
@@ -100,14 +100,15 @@ def test_a_kernel_in_the_sandbox_sees_only_what_it_may(tmp_path):
     assert not seen["course"] and not seen["repo_config"]
     # The root holds the mounts bwrap made and the parents of bound paths, nothing else.
     # Derived, not listed: the venv (and so its top directory) sits wherever the clone is.
-    bound = sandbox._system_paths() + [sandbox.WORKDIR, sandbox.EXPORT_DIR, str(box.run_dir)]
+    bound = sandbox._system_paths() + [sandbox.WORKDIR, str(box.run_dir)]
     allowed = {"tmp", "dev", "proc"} | {PurePosixPath(p).parts[1] for p in bound}
     assert set(seen["root"]) <= allowed, sorted(set(seen["root"]) - allowed)
     assert seen["loopback"] == "ConnectionRefusedError"  # no network, loopback included
     refused = ("Read-only file system", "Permission denied")
     assert seen["write verify.py"] in refused
     assert seen[f"write {sys.prefix}/zz.pth"] in refused
-    assert seen["write scratch.txt"] == "ok" and exported == "x"
+    assert seen["write scratch.txt"] == "ok"
+    assert seen["write /grading/ok.txt"] != "ok"  # (no export folder any more: nothing there)
     assert seen["nproc"] == sandbox.LIMITS.processes
     assert seen["address_space"] == int(sandbox.LIMITS.memory_gb * 2**30)
     assert seen["fsize"] == sandbox.LIMITS.file_mb * 2**20
@@ -136,83 +137,59 @@ def test_without_bwrap_grading_stops_and_names_the_fix(tmp_path):
 
 
 def test_the_judge_runs_with_a_memory_limit_and_a_deadline():
-    import verify
-
     data = {"query": np.ones((1, 6, 64), np.float32)}
-    score, top, text, _ = grading.judge_isolated(verify, "cell4_projections_test", data)
-    assert (score, top) == (0.0, 2.0) and "Cell 4" in text
+    summary = grading.judge_isolated("cell4_projections_test", data)
+    assert (summary.score, summary.max_score) == (0.0, 2.0) and "Cell 4" in str(summary)
 
-    class Greedy:  # a judge that hostile data could make explode
-        @staticmethod
-        def judge_replay(grade_id, data, own, strict):
-            return np.ones(2**33, np.uint8)
+    def greedy(grade_id, data, own, strict):  # a judge that hostile data could make explode
+        return np.ones(2**33, np.uint8)
 
-    class Slow:
-        @staticmethod
-        def judge_replay(grade_id, data, own, strict):
-            import time
-            time.sleep(30)
+    def slow(grade_id, data, own, strict):
+        import time
+        time.sleep(30)
 
     with pytest.raises(grading.GradingError, match="failed"):
-        grading.judge_isolated(Greedy, "g", {}, memory=2**30)
+        grading.judge_isolated("g", {}, memory=2**30, judge=greedy)
     with pytest.raises(grading.GradingError, match="took over 1 s"):
-        grading.judge_isolated(Slow, "g", {}, seconds=1)
+        grading.judge_isolated("g", {}, seconds=1, judge=slow)
 
 
-# ------------------------------------------------------------- reading exports
-def _write(tmp_path, name, arrays, compressed=False):
-    (np.savez_compressed if compressed else np.savez)(tmp_path / name, **arrays)
-    return name
+# --------------------------------------------- reading the replay's data as data
+def _npz(arrays, compressed=False) -> bytes:
+    buf = io.BytesIO()
+    (np.savez_compressed if compressed else np.savez)(buf, **arrays)
+    return buf.getvalue()
 
 
-def test_an_export_is_read_back_as_data(tmp_path):
-    arrays = {"query": np.ones((1, 6, 64), np.float32), "note": np.array("text")}
-    got = grading.read_export(tmp_path, _write(tmp_path, "a.npz", arrays), 2**20)
+def _members() -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for i in range(600):
+            zf.writestr(f"a{i}.npy", b"")
+    return buf.getvalue()
+
+
+def test_the_replays_data_is_read_back_as_data():
+    from src.replay import unpack
+
+    got = unpack(_npz({"query": np.ones((1, 6, 64), np.float32), "note": np.array("text")}))
     assert got["query"].dtype == np.float32 and str(got["note"]) == "text"
 
 
-def _bomb(tmp_path):
-    _write(tmp_path, "bomb.npz", {"x": np.zeros(50_000_000, np.uint8)}, compressed=True)
-    return "bomb.npz"
-
-
-def _pickled(tmp_path):
-    np.savez(tmp_path / "obj.npz", x=np.array([{"evil": 1}], dtype=object))
-    return "obj.npz"
-
-
-def _fifo(tmp_path):
-    os.mkfifo(tmp_path / "fifo.npz")
-    return "fifo.npz"
-
-
-def _link(tmp_path):
-    (tmp_path / "link.npz").symlink_to(ROOT / "data" / "embeddings.npy")
-    return "link.npz"
-
-
-def _junk(tmp_path):
-    (tmp_path / "junk.npz").write_bytes(b"PK\x03\x04 not a zip")
-    return "junk.npz"
-
-
-def _members(tmp_path):
-    with zipfile.ZipFile(tmp_path / "many.npz", "w") as zf:
-        for i in range(300):
-            zf.writestr(f"a{i}.npy", b"")
-    return "many.npz"
-
-
 @pytest.mark.parametrize("make, why", [
-    (_bomb, "too many or too large"), (_pickled, "not a valid .npz"),
-    (_fifo, "not a regular file"), (_link, "unreadable"), (_junk, "not a valid .npz"),
-    (_members, "too many or too large"), (lambda p: "missing.npz", "no data was exported"),
-    (lambda p: _write(p, "big.npz", {"x": np.zeros(2**19)}), "over the cap"),
-], ids=["zip-bomb", "pickle", "fifo", "symlink", "junk", "members", "missing", "oversize"])
-def test_hostile_export_files_are_refused_without_harm(tmp_path, make, why):
-    name = make(tmp_path)
-    with pytest.raises(grading.GradingError, match=why):
-        grading.read_export(tmp_path, name, 2**20)
+    (lambda: _npz({"x": np.zeros(50_000_000, np.uint8)}, True), "too many or too large"),
+    (lambda: _npz({"x": np.array([{"evil": 1}], dtype=object)}), "not a valid .npz"),
+    (lambda: b"PK\x03\x04 not a zip", "not a valid .npz"),
+    (_members, "too many or too large"),
+    (lambda: _npz({"x": np.zeros(2**20)}), "over the cap"),
+], ids=["zip-bomb", "pickle", "junk", "members", "oversize"])
+def test_hostile_replay_data_is_refused_without_harm(make, why):
+    """What a replay child sends crosses to the grader as .npz bytes: a child's code could
+    write any bytes there (src/replay.py, unpack)."""
+    from src.replay import DATA_BYTES, unpack
+
+    with pytest.raises(ValueError, match=why):
+        unpack(make(), cap=min(DATA_BYTES, 2**20))
 
 
 # ------------------------------------------------------ submissions and ids
@@ -456,7 +433,7 @@ def test_limits_are_stated_in_nbgrader_config():
     lim = sandbox.LIMITS
     assert config.Execute.timeout == lim.cell_timeout
     for name in ("memory_gb", "processes", "file_mb", "tmp_mb", "notebook_seconds",
-                 "budget_factor", "budget_floor", "output_kb", "export_kb"):
+                 "budget_factor", "budget_floor", "output_kb"):
         assert config.SandboxedExecute[name] == getattr(lim, name), name
     assert config.RefuseUnsafeSubmission.max_notebook_mb == lim.notebook_mb
     assert config.RefuseUnsafeSubmission.max_cells == lim.max_cells

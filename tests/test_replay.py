@@ -1,6 +1,6 @@
 """The trusted replay (src/replay.py) in its sandboxed fork server, attacked.
 
-Each notebook goes through ``grading.replay_notebook`` exactly as grading
+Each notebook goes through ``grading.replay_steps`` exactly as grading
 replays a submission (the release's set-up, the step cells found by grade_id,
 a bubblewrap sandbox) and is judged by ``verify.judge_replay(strict=True)``.
 Nothing outside a step cell may raise its score: the forged stub, added cells,
@@ -25,6 +25,16 @@ pytestmark = pytest.mark.skipif(sandbox.unavailable_reason() is not None,
                                 reason=f"no sandbox here: {sandbox.unavailable_reason()}")
 
 SOLVED = nbformat.read(SOURCE, as_version=4)
+#: {step cell id: its check cell id}, from the lesson's spec.
+STEP_TESTS = {s.cell: s.test for s in verify.LESSON.steps}
+
+
+def replay_notebook(nb, unsafe=None) -> dict:
+    """The grading replay server's answer for a notebook's step cells (src/grading.py)."""
+    from src import road
+
+    cells = road.notebook_cells(nb)
+    return grading.replay_steps(road.step_sources(verify.LESSON, cells), unsafe=unsafe)
 STUB = nbformat.read(LESSON, as_version=4)
 
 
@@ -36,9 +46,9 @@ def _server():
 
 def grades(nb) -> dict:
     """{test cell grade_id: strict score} of a notebook, replayed as grading does."""
-    answer = grading.replay_notebook(nb)
+    answer = replay_notebook(nb)
     out = {}
-    for step, (test_id, _) in replay.STEPS.items():
+    for step, test_id in STEP_TESTS.items():
         data = answer[step]
         out[test_id] = (verify.judge_replay(test_id, data, answer.get(f"own:{step}"),
                                             strict=True).score
@@ -134,7 +144,7 @@ def test_a_forked_worker_uses_its_parents_replay_server():
             try:
                 grading.use_slot(slot)
                 same = grading.replay_server() is server and server.alive()
-                answer = grading.replay_notebook(SOLVED)
+                answer = replay_notebook(SOLVED)
                 code = 0 if same and isinstance(answer["cell5_scores"], dict) and \
                     grading.replay_server() is server else 1
             finally:
@@ -149,12 +159,10 @@ def test_a_result_typed_in_from_the_lesson_earns_nothing():
     """Cell 7's numbers typed in from a run of the lesson, tied to the graph by a zero
     term so that they even require grad: right on the lesson's numbers, wrong on the
     replay's other sentence."""
-    from src.checks import lesson
-
-    typed = lesson._reference()["attended_values"].round(7).tolist()
+    typed = verify.LESSON.reference()["attended_values"].round(7).tolist()
     cell7 = (f"typed = torch.tensor({typed})\n"
              "attended_values = typed + 0 * (attention_weights @ value)\n")
-    answer = grading.replay_notebook(with_cells(SOLVED, {"cell7_values": cell7}))
+    answer = replay_notebook(with_cells(SOLVED, {"cell7_values": cell7}))
     summary = verify.judge_replay("cell7_values_test", answer["cell7_values"], strict=True)
     assert summary.score == 0.0
     assert summary.results[0].mistake == "right_only_here", summary.results[0].message
@@ -194,7 +202,7 @@ def test_softmax_evasions_lose_the_softmax_point(name, body, mistake):
     cells = {c.metadata["nbgrader"]["grade_id"]: c.source for c in SOLVED.cells
              if c.metadata.get("nbgrader", {}).get("solution")}
     nb = with_cells(SOLVED, {"cell6_softmax": SOFTMAX.format(body=body)})
-    answer = grading.replay_notebook(nb)
+    answer = replay_notebook(nb)
     softmax = verify.judge_replay("cell6_softmax_test", answer["cell6_softmax"],
                                   strict=True).results[0]
     assert softmax.score == 0.0, (name, str(softmax))
@@ -239,7 +247,7 @@ def test_a_softmax_made_by_another_builtin_loses_the_softmax_point(name):
     Each of these has the right values (and gradient), and passed before it."""
     body, named = OTHER_BUILTINS[name]
     cell = "import torch.nn.functional as F\n\n" + SOFTMAX.format(body=body)
-    answer = grading.replay_notebook(with_cells(SOLVED, {"cell6_softmax": cell}))
+    answer = replay_notebook(with_cells(SOLVED, {"cell6_softmax": cell}))
     results = verify.judge_replay("cell6_softmax_test", answer["cell6_softmax"],
                                   strict=True).results
     softmax, weights = results
@@ -290,7 +298,7 @@ def test_weights_made_by_scaled_dot_product_attention_beside_your_softmax_lose_h
         "attention_weights = torch.nn.functional.scaled_dot_product_attention(\n"
         "    torch.zeros(1, n, 1), torch.zeros(1, n, 1), torch.eye(n),"
         " attn_mask=attention_scores)\n")
-    answer = grading.replay_notebook(with_cells(SOLVED, {"cell6_softmax": cell}))
+    answer = replay_notebook(with_cells(SOLVED, {"cell6_softmax": cell}))
     softmax, weights = verify.judge_replay("cell6_softmax_test", answer["cell6_softmax"],
                                            strict=True).results
     assert softmax.score == 1.0, str(softmax)
@@ -370,12 +378,12 @@ def test_a_tampered_server_stops_and_names_the_submission_not_the_next(monkeypat
     attack = OVERWRITE_SERVER + _cells()["cell4_projections"]
     try:
         with pytest.raises(grading.GradingError, match="tampered with the replay server"):
-            grading.replay_notebook(with_cells(SOLVED, {"cell4_projections": attack}),
+            replay_notebook(with_cells(SOLVED, {"cell4_projections": attack}),
                                     unsafe=True)
         monkeypatch.delenv("ATTENTION_TEST_DUMPABLE_SERVER")
-        answer = grading.replay_notebook(SOLVED, unsafe=True)
+        answer = replay_notebook(SOLVED, unsafe=True)
         assert all(verify.judge_replay(t, answer[s], strict=True).score == FULL[t]
-                   for s, (t, _) in replay.STEPS.items())
+                   for s, t in STEP_TESTS.items())
     finally:
         grading.close_replay_servers()
 
@@ -459,16 +467,16 @@ def test_a_replayed_cell_finds_no_writable_host_directory():
 def test_the_second_runs_inputs_are_drawn_afresh_and_reported():
     """Nothing in the release predicts the other sentence: two replays of the same cell
     get different second-run inputs, and the server's seed rebuilds them."""
-    a, b = grading.replay_notebook(SOLVED), grading.replay_notebook(SOLVED)
+    a, b = replay_notebook(SOLVED), replay_notebook(SOLVED)
     xa, xb = a["cell5_scores"]["variant.in.x"], b["cell5_scores"]["variant.in.x"]
     assert not np.array_equal(xa, xb)
     seed = int(str(a["cell5_scores"]["variant.seed"]))
-    assert np.array_equal(replay.variant_x(seed), xa)
+    assert np.array_equal(verify.LESSON.variant_x(seed), xa)
 
 
 # ------------------------------------------------- the course's own code is not yours
-#: The course's replay module, in a kernel or in the grading server (its __main__).
-_R = "(sys.modules.get('src.replay') or sys.modules['__main__'])"
+#: The lesson's spec module, where its reference softmax and chain live.
+_R = "sys.modules['src.lessons.attention']"
 _REF_SOFTMAX = f"import sys\nreference_softmax = {_R}.reference_softmax\n"
 COURSE_CODE = {
     "the reference softmax imported as yours": (
@@ -502,7 +510,7 @@ COURSE_CODE = {
         "attention_weights = softmax(attention_scores, dim=-1)\n"),
     "Cell 7 from the course's reference chain": (
         "cell7_values", f"import sys\nattended_values = {_R}"
-        ".reference_names(globals())['attended_values']\n"),
+        ".torch_reference(globals())['attended_values']\n"),
 }
 
 
@@ -511,7 +519,7 @@ def test_the_courses_own_code_earns_nothing(name):
     """Right on any inputs, with every node allowed, but not the student's code: the
     course's reference softmax, or its reference chain, run from a step cell."""
     step, code = COURSE_CODE[name]
-    test_id = replay.STEPS[step][0]
+    test_id = STEP_TESTS[step]
     got = grades(with_cells(SOLVED, {step: code}))
     assert got[test_id] < FULL[test_id] and got[test_id] <= FULL[test_id] - 1.0
     assert {k: v for k, v in got.items() if k != test_id} == {

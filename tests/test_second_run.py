@@ -17,16 +17,16 @@ SEEDS = [int(s) >> 1 for s in np.random.SeedSequence(20261125).generate_state(12
 RIGHT = [a for a in corpus.ATTEMPTS if a.correct]
 
 
-@pytest.mark.parametrize("step", replay.VARIANT_STEPS)
+@pytest.mark.parametrize("step", [s.cell for s in verify.LESSON.steps if s.variant])
 def test_a_right_cell_keeps_its_points_whatever_the_second_run_draws(step):
-    gid = replay.STEPS[step][0]
+    gid = verify.LESSON.by_cell[step].test
     setup = corpus.release_setup()
     codes = {corpus.sources(a)[step] for a in RIGHT}
     assert len(codes) >= 5
     lost = []
     for code in sorted(codes):
         for seed in SEEDS:
-            data = replay.replay_step(step, code, setup, None, seed)
+            data = replay.replay_step(verify.LESSON, step, code, setup, None, seed)
             assert "variant.in.x" in data
             s = verify.judge_replay(gid, data, strict=True)
             if s.score != s.max_score:

@@ -6,7 +6,7 @@ on how Cell 5 was written. At an exact tie, a correct softmax written with max o
 (``exp(-|x - m|)``) splits its gradient between the tied entries differently from the
 softmax's own Jacobian. Here every right Cell 6 spelling of the blind sets is run on the
 lesson's scores forced to tie exactly, and on the same scores one ulp apart: the gradient
-rule must give the same verdict on both (src/checks/lesson.py, tie_group_sums).
+rule must give the same verdict on both (src/checks/util.py, tie_group_sums).
 
 Shape legend: scores, weights, gradients [1, 6, 6] (batch, query, key).
 """
@@ -16,9 +16,10 @@ import pytest
 import torch
 
 from src import replay
-from src.checks import judge
-from src.checks.lesson import _reference
-from src.replay import output_gradient
+from src.checks.util import _softmax, output_gradient
+from src.lessons import attention_diagnose as diag
+from src.lessons.attention import LESSON
+from src.lessons.attention import reference as _reference
 from tests.blind import evaluate
 from tests.corpus import release_setup
 
@@ -59,7 +60,8 @@ DETACHED = ("def softmax(x, dim=-1):\n    e = torch.exp(x - x.amax(dim=dim, keep
 def _gradient(source, scores):
     """(weights, d sum(weights * G) / d scores) of a Cell 6 source run on ``scores``."""
     s = torch.from_numpy(scores).requires_grad_()
-    ns, _ = replay.fresh_namespace(release_setup(), "cell6_softmax")  # the release's set-up
+    # the release's set-up
+    ns, _ = replay.fresh_namespace(LESSON, release_setup(), "cell6_softmax")
     ns["attention_scores"] = s / 1.0  # (a non-leaf, as in the lesson)
     with replay._quiet():
         exec(compile(source, "<cell6>", "exec"), ns)  # noqa: S102  (the test's own corpus)
@@ -90,21 +92,23 @@ def test_a_right_softmax_keeps_its_gradient_verdict_at_an_exact_tie(source):
     for nudge in (False, True):
         scores = _forced(ref, nudge)
         weights, grad = _gradient(source, scores)
-        assert np.allclose(weights, judge._softmax(scores.astype(np.float64)), atol=1e-5)
-        assert judge.softmax_gradient_is_right(scores, grad), ("one ulp apart" if nudge
-                                                               else "exact tie")
+        assert np.allclose(weights, _softmax(scores.astype(np.float64)), atol=1e-5)
+        right = diag.softmax_gradient_is_right(scores, grad, LESSON.tolerances)
+        assert right, "one ulp apart" if nudge else "exact tie"
 
 
 def test_a_wrong_gradient_is_charged_at_a_tie_and_one_ulp_off():
     ref = _reference()["attention_scores"]
     for nudge in (False, True):
         _, grad = _gradient(DETACHED, _forced(ref, nudge))
-        assert not judge.softmax_gradient_is_right(_forced(ref, nudge), grad)
+        scores = _forced(ref, nudge)
+        assert not diag.softmax_gradient_is_right(scores, grad, LESSON.tolerances)
 
 
 def test_tie_groups_are_chained_within_a_row_and_never_across_rows():
-    from src.checks.lesson import tie_group_sums
+    from src.checks.util import tie_group_sums
 
     scores = np.array([[[1.0, 1.0, 2.0], [1.0, 3.0, 1.0 + 1e-9]]])
     a = np.array([[[1.0, 2.0, 4.0], [8.0, 16.0, 32.0]]])
-    assert tie_group_sums(a, scores).tolist() == [[[3.0, 3.0, 4.0], [40.0, 16.0, 40.0]]]
+    tie = LESSON.tolerances["tie"]
+    assert tie_group_sums(a, scores, tie).tolist() == [[[3.0, 3.0, 4.0], [40.0, 16.0, 40.0]]]

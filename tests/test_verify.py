@@ -14,24 +14,36 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import verify
-from src.checks import judge
+from src import replay
+from src.checks.verdict import _error_entry
 from tests.catalogue import AGG, CATALOGUE, EXPS, SCALE, inject, steps_of
 from tests.corpus import roundtrip
-from tests.notebook_utils import LESSON, ROOT, SOURCE, cells_by_id, run_steps
+from tests.notebook_utils import (
+    LESSON,
+    ROOT,
+    SOURCE,
+    cells_by_id,
+    run_steps,
+)
+from tests.notebook_utils import (
+    test_cell_results as check_cell_results,
+)
 
 REF = cells_by_id(SOURCE)
 GRADE_OF_CELL = {cell: gid for gid, cell in verify.STEP_CELLS.items()}
 
 
 def run_graded(replace=None, codes=REF):
-    """{step: CheckResult} as each test cell saw it, and the final namespace."""
+    """{step: CheckResult} as each test cell saw it (the live check: the code run in its
+    step cell, on the road), what ``observe`` reads from the names then, and the final
+    namespace."""
     results, data = {}, {}
 
     def after(cell_id, ns):
         gid = GRADE_OF_CELL.get(cell_id)
         if gid:
             data[gid] = verify.observe(gid, ns)
-            for r in verify.judge(gid, data[gid]).results:
+            for r in check_cell_results(gid, ns):
                 results[r.step] = r
 
     ns = run_steps(codes, replace, after=after)
@@ -116,7 +128,6 @@ BEHAVIOUR_CODE = {
 
 def test_behaviour_is_named_from_real_code():
     """Each behaviour entry of a tensor step, named from code that does it, replayed."""
-    from src import replay
     from tests.corpus import release_setup
 
     want = {mid for mid, m in verify.MISTAKES.items()
@@ -124,8 +135,8 @@ def test_behaviour_is_named_from_real_code():
     assert want == set(BEHAVIOUR_CODE)
     for mid, code in BEHAVIOUR_CODE.items():
         (step, src), = code.items()
-        data = replay.replay_step(step, src, release_setup())
-        gid = replay.STEPS[step][0]
+        data = replay.replay_step(verify.LESSON, step, src, release_setup())
+        gid = verify.LESSON.by_cell[step].test
         named = [r.mistake for r in verify.judge_replay(gid, data, strict=True).results]
         assert mid in named, (mid, named)
 
@@ -161,7 +172,7 @@ def test_the_catalogue_text_is_complete():
         assert sum(x is not None and x != () for x in (m.reproduce, m.fns or None, m.factor,
                                                        m.error, m.kind)) >= 1, m.id
         if m.error:
-            assert m.example and judge._error_entry(*m.example) == m.id, m.id
+            assert m.example and _error_entry(verify.LESSON, *m.example) == m.id, m.id
 
 
 @pytest.mark.parametrize("mistake, replace, step, also_fail", CATALOGUE,
@@ -175,11 +186,18 @@ def test_each_code_mistake_is_named_and_does_not_cascade(mistake, replace, step,
 
 
 # ----------------------------------------------------------------- rules
+def as_given(ns) -> dict:
+    """{step: CheckResult} of the names as they are now (check_all: no replay)."""
+    return {r.step: r for r in verify.check_all(ns).results}
+
+
 def test_an_early_mistake_is_not_punished_downstream():
-    results, _, _ = run_graded({"cell5_scores": [(SCALE, "attention_scores = raw_scores")]})
-    later = results["attention_weights"]
+    results, _, ns = run_graded({"cell5_scores": [(SCALE, "attention_scores = raw_scores")]})
+    # The live check replays each cell on the reference: the later cells are right.
+    assert results["attention_weights"].passed and results["attended_values"].passed
+    # Judged on the names as they are, the weights are judged on the student's scores.
+    later = as_given(ns)["attention_weights"]
     assert later.passed and "checked against your own tensors" in " ".join(later.notes)
-    assert results["attended_values"].passed
 
 
 def test_a_dtype_is_charged_once_in_the_cell_that_changed_it():
@@ -195,12 +213,15 @@ def test_a_dtype_is_charged_once_in_the_cell_that_changed_it():
 def test_degenerate_upstream_is_never_credited_by_the_own_route():
     zeros = {"cell4_projections": [(f"{n} = {n[0]}_proj(x)", f"{n} = torch.zeros(1, 6, 64)")
                                    for n in ("query", "key", "value")]}
-    results, _, _ = run_graded(zeros)
+    results, _, ns = run_graded(zeros)
     assert results["projections"].mistake == "constant_output"
+    # the live check: each later cell replayed on the reference, and right
+    assert sum(r.score for r in results.values()) == 7.0
+    given = as_given(ns)  # the names as they are: built on the zeros, never credited
     for step in ("attention_scores", "attention_weights", "attended_values"):
-        assert results[step].score == 0, step
-        assert "degenerate" in " ".join(results[step].notes), step
-    assert sum(r.score for r in results.values()) == 1.0  # the softmax function only
+        assert given[step].score == 0, step
+        assert "degenerate" in " ".join(given[step].notes), step
+    assert sum(r.score for r in given.values()) == 1.0  # the softmax function only
 
 
 def test_a_fully_masked_row_is_a_visible_named_shortfall_with_partial_credit():
@@ -219,16 +240,19 @@ def test_a_fully_masked_row_is_a_visible_named_shortfall_with_partial_credit():
 RETURN_LINE = "return exps / torch.where(totals == 0, torch.ones_like(totals), totals)"
 
 
-def test_strict_only_items_are_shown_but_deducted_only_when_strict():
+def test_the_live_check_deducts_what_the_graded_run_deducts():
+    """What the student sees while working is what grading decides: a strict-only item
+    is deducted by the live check too. The judge's lenient mode (strict=False) only
+    shows it as pending."""
     detached = {"cell4_projections": [(f"{n} = {n[0]}_proj(x)", f"{n} = {n[0]}_proj(x).detach()")
                                       for n in ("query", "key", "value")]}
     results, data, _ = run_graded(detached)
-    visible = results["projections"]
-    assert visible.passed and visible.score == 2.0 and visible.pending == ["detached_projection"]
-    assert any("graded run" in n for n in visible.notes)
-    strict = verify.judge("cell4_projections_test", data["cell4_projections_test"],
-                          strict=True).results[0]
-    assert strict.score == 1.0 and strict.mistake == "detached_projection"
+    live = results["projections"]
+    assert live.score == 1.0 and live.mistake == "detached_projection" and not live.pending
+    lenient = verify.judge("cell4_projections_test", data["cell4_projections_test"],
+                           strict=False).results[0]
+    assert lenient.passed and lenient.pending == ["detached_projection"]
+    assert any("graded run" in n for n in lenient.notes)
 
 
 def test_the_softmax_probes():
@@ -327,7 +351,7 @@ def _nodes(fn):
 def test_the_softmax_allow_list_names_the_nodes_torch_records():
     """Every node of lesson.SOFTMAX_OPS is made by the operation it stands for here; the
     allow-list holds nothing else (but the leaf a tensor made inside ends in)."""
-    from src.checks import lesson
+    from src.lessons import attention as lesson
 
     for node, fn in ALLOWED_NODE_CODE.items():
         made = _nodes(fn)
@@ -502,7 +526,7 @@ def test_compare_with_torch_softmax_works_for_anything(reference):
 def test_observe_gives_plain_data_that_round_trips(reference):
     _, data, _ = reference
     for gid, d in data.items():
-        assert d["grade_id"] == gid
+        assert int(d["format"]) == 1, gid
         for key, value in d.items():
             assert isinstance(value, np.ndarray) and value.dtype.kind in "biufcU", key
         back = roundtrip(d)
@@ -528,10 +552,9 @@ def test_observe_caps_its_size(tmp_path):
     for gid in verify.GRADE_CELLS:
         ns = {n: big.clone() for s in verify.GRADE_CELLS[gid] for n in verify.NAMES[s].all}
         ns["softmax"] = lambda x, dim=-1: big.clone()
-        path = verify.export(gid, ns, tmp_path)
-        assert path.stat().st_size <= verify.LIMITS["export_bytes"], gid
-        with np.load(path, allow_pickle=False) as npz:
-            assert len(npz.files) < 256
+        raw = replay.pack(verify.observe(gid, ns))  # what crosses the replay's pipe
+        assert len(raw) <= replay.DATA_BYTES, gid
+        assert len(replay.unpack(raw)) < 256, gid
 
 
 class Hostile:
@@ -662,11 +685,10 @@ def test_fuzzed_softmax_functions_never_raise(fn):
     assert not verify.check_softmax(fn, strict=True)
 
 
-def test_export_writes_an_npz_the_judge_reads_without_torch(reference, tmp_path):
+def test_the_judge_reads_the_replays_data_without_torch(reference, tmp_path):
     *_, ns = reference
     for gid in verify.GRADE_CELLS:
-        path = verify.export(gid, ns, tmp_path)
-        assert path == tmp_path / f"{gid}.npz"
+        (tmp_path / f"{gid}.npz").write_bytes(replay.pack(verify.observe(gid, ns)))
     code = ("import sys; sys.modules['torch'] = None\n"  # any import of torch now fails
             "import numpy as np, verify\n"
             "for gid in verify.GRADE_CELLS:\n"
@@ -677,8 +699,6 @@ def test_export_writes_an_npz_the_judge_reads_without_torch(reference, tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["cell4_projections_test", "2.0", "cell5_scores_test", "2.0",
                                   "cell6_softmax_test", "3.0", "cell7_values_test", "2.0"]
-    with pytest.raises(ValueError, match="grade_id"):
-        verify.export("../escape", ns, tmp_path)
 
 
 def test_importing_verify_is_cheap():

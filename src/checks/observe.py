@@ -1,32 +1,23 @@
-"""The kernel side: turns a student's live objects into plain data, never raising.
+"""Where student code runs: turns live objects into plain data, never raising.
 
-:func:`observe` reads the step's names from a namespace and records NumPy arrays
+:func:`observe` reads a step's names from a namespace and records NumPy arrays
 of numbers, booleans and strings only: the tensors, facts about them (dtype,
-autograd graph, which parameters made them) and the student's softmax on the
-probes. :func:`export` saves that as ``.npz``. This code runs where the student's
-code runs (the kernel, or the replay's child process); nothing it returns is
-trusted beyond being data.
+autograd graph, which of the set-up's parameters made them) and, for a function
+check, the student's function on the lesson's probes. This code runs where the
+student's code runs (the replay's child process); nothing it returns is trusted
+beyond being data. What to read comes from the lesson's spec.
 """
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import Mapping
 
 import numpy as np
 
-from src.checks.lesson import (
-    CELL_NUMBER,
-    GRADE_CELLS,
-    LIMITS,
-    NAMES,
-    SOFTMAX_ALLOWED,
-    _probes,
-    _shipped,
-    _short,
-)
+from src import lessons
+from src.checks.util import INFO_FIELDS, LIMITS, _error_text, _short
 
 _MISSING = object()
 #: The course's own code (the shipped src/ and verify.py beside it): a softmax that runs
@@ -170,30 +161,24 @@ def _torch_if_loaded():
     return sys.modules.get("torch")
 
 
-def _shipped_labels():
-    """(label, float32 array) of every parameter of q_proj, k_proj, v_proj."""
-    s = _shipped()
-    return [(f"{n}_proj.{part}", s[f"{'w' if part == 'weight' else 'b'}_{n}"])
-            for n in "qkv" for part in ("weight", "bias")]
-
-
-def _label_leaf(leaf):
+def _label_leaf(leaf, parameters):
     try:
         arr = leaf.detach().cpu().float().numpy()
     except Exception:  # noqa: BLE001
         return "other"
-    for label, want in _shipped_labels():
+    for label, want in parameters:
         if arr.shape == want.shape and np.array_equal(arr, want):
             return label
     return f"other {list(arr.shape)}"
 
 
-def _made_by(t):
-    """Labels of the parameters (leaves that require grad) in ``t``'s autograd graph."""
+def _made_by(t, parameters):
+    """Labels of the parameters (leaves that require grad) in ``t``'s autograd graph:
+    the set-up's (``parameters``: [(label, float32 array)]) by name, others as "other"."""
     labels = set()
     if t.grad_fn is None:
         if t.requires_grad:
-            labels.add(_label_leaf(t))
+            labels.add(_label_leaf(t, parameters))
         return sorted(labels)
     seen, stack = set(), [t.grad_fn]
     while stack and len(seen) < LIMITS["graph_nodes"]:
@@ -203,18 +188,13 @@ def _made_by(t):
         seen.add(id(node))
         var = getattr(node, "variable", None)
         if var is not None:
-            labels.add(_label_leaf(var))
+            labels.add(_label_leaf(var, parameters))
         for nxt, _ in getattr(node, "next_functions", ()) or ():
             stack.append(nxt)
     return sorted(labels)
 
 
-#: The string facts of an observed object, in the order of its ``.info`` array.
-INFO_FIELDS = ("kind", "type", "dtype", "layout", "device", "requires_grad", "grad_fn",
-               "note")
-
-
-def _observe_object(prefix, obj, budget, out):
+def _observe_object(prefix, obj, budget, out, parameters=()):
     """Write facts about ``obj`` (and its values, when allowed) under ``prefix.``."""
     info = dict.fromkeys(INFO_FIELDS, "")
     try:
@@ -226,7 +206,7 @@ def _observe_object(prefix, obj, budget, out):
             info["kind"] = "none"
         elif torch is not None and isinstance(obj, torch.Tensor):
             info["kind"] = "tensor"
-            _observe_tensor(prefix, obj, torch, budget, out, info)
+            _observe_tensor(prefix, obj, torch, budget, out, info, parameters)
         elif isinstance(obj, np.ndarray):
             info.update(kind="ndarray", dtype=str(obj.dtype), layout="strided", device="cpu")
             if obj.dtype.kind in "biufc" and budget.take(obj.nbytes):
@@ -246,7 +226,7 @@ def _observe_object(prefix, obj, budget, out):
     out[f"{prefix}.info"] = _str_list(info[k] for k in INFO_FIELDS)
 
 
-def _observe_tensor(prefix, obj, torch, budget, out, info):
+def _observe_tensor(prefix, obj, torch, budget, out, info, parameters):
     with torch._C.DisableTorchFunctionSubclass():
         t = obj.detach() if obj.requires_grad or obj.grad_fn is not None else obj
         info.update(dtype=str(obj.dtype).removeprefix("torch."),
@@ -255,7 +235,7 @@ def _observe_tensor(prefix, obj, torch, budget, out, info):
                     grad_fn=type(obj.grad_fn).__name__ if obj.grad_fn else "")
         out[f"{prefix}.shape"] = np.array(tuple(obj.shape), dtype=np.int64)
         if obj.requires_grad:  # (absent: no parameters)
-            out[f"{prefix}.made_by"] = _str_list(_made_by(obj))
+            out[f"{prefix}.made_by"] = _str_list(_made_by(obj, parameters))
         if obj.device.type == "meta":
             info["note"] = "a meta tensor holds no values"
             return
@@ -289,10 +269,6 @@ def _func_label(func):
     return f"torch.{name}"
 
 
-#: Torch functions a student's softmax may not call (recognised by their name).
-BUILTIN_SOFTMAX = ("softmax", "log_softmax", "softmin", "_softmax", "_log_softmax")
-
-
 def _where_raised(exc, code=None):
     """The student's line that raised ``exc`` (the innermost frame in ``code``'s
     file when given, else the innermost frame outside torch and verify)."""
@@ -311,14 +287,9 @@ def _where_raised(exc, code=None):
         return ""
 
 
-def _error_text(exc):
-    if isinstance(exc, SyntaxError):  # without the cell's temporary file name
-        return _short(f"{type(exc).__name__}: {exc.msg} (line {exc.lineno})")
-    return _short(f"{type(exc).__name__}: {exc}")
-
-
-def _observe_softmax(fn, budget, out):
-    """Call the student's softmax on every probe; record outputs, errors and facts."""
+def _observe_function(lesson, key, fn, budget, out):
+    """Call the student's function ``key`` on every probe of the lesson; record outputs,
+    errors and facts under ``key.``."""
     import torch
 
     code = getattr(fn, "__code__", None)
@@ -330,27 +301,29 @@ def _observe_softmax(fn, budget, out):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        _probe_all(fn, torch, code, calls, nodes, budget, out, course)
+        _probe_all(lesson, key, fn, torch, code, calls, nodes, budget, out, course)
     finally:
         torch.set_num_threads(threads)
-    # the built-in softmaxes (and the nodes the judge does not allow) first, so that the
-    # cap on names never drops them
-    out["softmax.calls"] = _str_list(sorted(calls, key=lambda c: (
-        c.split(".")[-1] not in BUILTIN_SOFTMAX, c)))
-    out["softmax.nodes"] = _str_list(sorted(nodes, key=lambda n: (n in SOFTMAX_ALLOWED, n)))
+    # the built-ins (and the nodes the judge does not allow) first, so that the cap on
+    # names never drops them
+    builtin, allowed = lesson.facts["builtin_softmax"], lesson.facts["softmax_allowed"]
+    out[f"{key}.calls"] = _str_list(sorted(calls, key=lambda c: (
+        c.split(".")[-1] not in builtin, c)))
+    out[f"{key}.nodes"] = _str_list(sorted(nodes, key=lambda n: (n in allowed, n)))
     if course:
-        out["softmax.course_code"] = _str_list(sorted(course))
+        out[f"{key}.course_code"] = _str_list(sorted(course))
 
 
-def _probe_all(fn, torch, code, calls, nodes, budget, out, course):
-    """softmax(x, dim=...) on each probe: its output or error, whether x changed, its calls
+def _probe_all(lesson, name, fn, torch, code, calls, nodes, budget, out, course):
+    """fn(x, dim=...) on each probe: its output or error, whether x changed, its calls
     and the autograd nodes between its output and x."""
     import contextlib
     import io
     import warnings
 
-    for i, probe in enumerate(_probes()):
-        key = f"softmax.p{i}."
+    labels = lesson.facts["node_labels"]
+    for i, probe in enumerate(lesson.probes()):
+        key = f"{name}.p{i}."
         # Like the lesson's scores: float32, requiring grad, made by a division. Nothing is
         # recorded while it runs: what it called is read off its output's graph afterwards.
         x = torch.from_numpy(probe.x.copy()).requires_grad_() / 1.0
@@ -378,16 +351,16 @@ def _probe_all(fn, torch, code, calls, nodes, budget, out, course):
             out[key + "mutated"] = np.array(True)
         if type(result) is torch.Tensor and not result.requires_grad:  # left autograd
             out[key + "detached"] = np.array(True)
-        found, names = _graph_calls(result, torch, x.grad_fn)
+        found, names = _graph_calls(result, torch, labels, x.grad_fn)
         calls.update(found)
         nodes.update(names)
         if not error:
             _observe_object(key + "out", result, budget, out)
 
 
-def _graph_calls(result, torch, stop=None, limit=None):
-    """(labels of the built-in softmaxes, class names of all nodes) in ``result``'s
-    autograd graph, read back to ``stop`` (the input's own node, not the function's)."""
+def _graph_calls(result, torch, labels, stop=None, limit=None):
+    """(``labels`` of the nodes found, class names of all nodes) in ``result``'s autograd
+    graph, read back to ``stop`` (the input's own node, not the function's)."""
     found, names = set(), set()
     try:
         if type(result) is not torch.Tensor or result.grad_fn is None:
@@ -401,7 +374,7 @@ def _graph_calls(result, torch, stop=None, limit=None):
             seen.add(id(node))
             name = type(node).__name__
             names.add(name)
-            label = _NODE_LABELS.get(name)
+            label = labels.get(name)
             if label:
                 found.add(label)
             stack.extend(n for n, _ in (node.next_functions or ()))
@@ -410,59 +383,27 @@ def _graph_calls(result, torch, stop=None, limit=None):
     return found, names
 
 
-def _observe_cell(grade_id, out):
-    """Did the student's cell of ``grade_id`` raise when it last ran? (IPython only.)"""
-    try:
-        ipython = sys.modules.get("IPython")
-        shell = ipython.get_ipython() if ipython is not None else None
-        res = getattr(shell, "last_execution_result", None)
-        info = getattr(res, "info", None)
-        source = getattr(info, "raw_cell", "") or ""
-        if not _is_step_cell(grade_id, source):
-            return
-        out["cell.ran"] = np.array(True)  # (absent: another cell ran last)
-        exc = getattr(res, "error_in_exec", None) or getattr(res, "error_before_exec", None)
-        if exc is not None:  # (absent: it did not raise)
-            out["cell.raised"] = _raised(_error_text(exc), _where_raised(exc))
-    except Exception:  # noqa: BLE001
-        return
-
-
-def _is_step_cell(grade_id, source):
-    """Whether ``source`` is the student's cell that ``grade_id`` checks."""
-    number = CELL_NUMBER.get(grade_id)
-    if number is None or not isinstance(source, str):
-        return False
-    if re.search(rf"^#\s*Cell\s+{number}\b", source, re.M):
-        return True
-    names = [n for s in GRADE_CELLS[grade_id] for n in NAMES[s].outputs]
-    pattern = r"^\s*(def\s+(%s)\b|(%s)\s*(,[^=]*)?=[^=])" % ("|".join(names), "|".join(names))
-    return re.search(pattern, source, re.M) is not None
-
-
-def _observe_names(step, objects, budget, out):
-    for name in NAMES[step].all:
-        if f"t.{name}.info" in out or (step == "softmax" and name == "softmax"):
-            continue
-        _observe_object(f"t.{name}", objects.get(name, _MISSING), budget, out)
-    if step == "softmax":
-        fn = objects.get("softmax", _MISSING)
-        _observe_object("softmax", fn, budget, out)
-        if out["softmax.info"][0] == "function":
-            try:
-                _observe_softmax(fn, budget, out)
-            except BaseException as exc:  # noqa: BLE001
-                if isinstance(exc, KeyboardInterrupt):
-                    raise
-                out["softmax.error"] = _text(f"could not be probed ({_short(exc, 80)})")
-
-
-def _observe_steps(grade_id, steps, objects):
-    out = {"format": np.array(1), "grade_id": _text(grade_id, 80)}
+def _observe_checks(lesson, checks, objects):
+    """Everything the judge of ``checks`` (a step's Check objects) needs, as data."""
+    out = {"format": np.array(1)}
     budget = _Budget()
-    for step in steps:
-        _observe_names(step, objects, budget, out)
-    _observe_cell(grade_id, out)
+    parameters = lesson.facts.get("parameters", tuple)()
+    for check in checks:
+        for name in check.all:
+            if f"t.{name}.info" in out or check.kind == "function" and name == check.name:
+                continue
+            _observe_object(f"t.{name}", objects.get(name, _MISSING), budget, out, parameters)
+        if check.kind == "function":
+            fn = objects.get(check.name, _MISSING)
+            _observe_object(check.name, fn, budget, out)
+            if out[f"{check.name}.info"][0] == "function":
+                try:
+                    _observe_function(lesson, check.name, fn, budget, out)
+                except BaseException as exc:  # noqa: BLE001
+                    if isinstance(exc, KeyboardInterrupt):
+                        raise
+                    out[f"{check.name}.error"] = _text(f"could not be probed "
+                                                       f"({_short(exc, 80)})")
     return out
 
 
@@ -482,63 +423,41 @@ class _Lookup:
 
 
 def observe(grade_id: str, namespace: Mapping) -> dict:
-    """In the kernel: everything the judge of ``grade_id`` needs, as data only.
+    """Everything the judge of check cell ``grade_id`` needs from ``namespace``, as data.
 
-    Every value is a NumPy array of a numeric, bool or unicode-string dtype,
-    so ``np.savez`` + ``np.load(..., allow_pickle=False)`` round-trips it.
-    Keys (``N`` a tensor name such as ``query``):
+    Every value is a NumPy array of a numeric, bool or unicode-string dtype
+    (it crosses the replay's pipe as ``.npz`` without pickle). Keys (``N`` a
+    tensor name of the step's checks, such as ``query``):
 
-    - ``format`` (1), ``grade_id``;
+    - ``format`` (1);
     - ``t.N.info``: strings in the order of :data:`INFO_FIELDS` -- kind
       ("missing", "none", "tensor", "ndarray", "function", "other"), type
       name, dtype name, layout, device, requires_grad ("True" or ""),
       grad_fn name, and a note (why the values are missing);
       ``t.N.values`` (its numbers, in its own dtype), else ``t.N.shape``
       (int64); ``t.N.made_by`` (labels such as "q_proj.weight" of the
-      parameters in its autograd graph; only when it requires grad);
-    - Cell 6: ``softmax.info`` (and the tensor keys if it is one),
-      ``softmax.calls`` (the built-in softmaxes in its outputs' autograd graphs, on
-      any probe), ``softmax.nodes`` (the class names of every node in those graphs
-      back to the input, those outside ``SOFTMAX_ALLOWED`` first),
-      and per probe ``i`` (see ``_probes``): ``softmax.p{i}.out.*`` (what it
-      returned, as above), ``softmax.p{i}.raised`` ([error text, line]; only
-      when it raised) and ``softmax.p{i}.mutated`` (only when True);
-    - ``cell.ran`` (True when the cell the test checks was the last one run;
-      else absent) and ``cell.raised`` ([error text, line]; only when it
-      raised).
+      set-up's parameters in its autograd graph; only when it requires grad);
+    - a function check ``F`` (lesson 1: ``softmax``): ``F.info`` (and the
+      tensor keys if it is one), ``F.calls`` (the lesson's built-ins in its
+      outputs' autograd graphs, on any probe), ``F.nodes`` (the class names of
+      every node in those graphs back to the input, those the lesson does not
+      allow first), and per probe ``i``: ``F.p{i}.out.*`` (what it returned,
+      as above), ``F.p{i}.raised`` ([error text, line]; only when it raised)
+      and ``F.p{i}.mutated`` (only when True).
 
-    Shape legend: tensors keep their own shapes (normally [1, 6, 64] or
-    [1, 6, 6]). Never raises; an array over 1 MiB is recorded by its facts
-    only, and all of it saved with :func:`export` stays under 4 MiB
-    (``LIMITS``), in well under 256 arrays.
+    Shape legend: tensors keep their own shapes (lesson 1: [1, 6, 64] or
+    [1, 6, 6]). Never raises; an array over ``LIMITS["array_bytes"]`` is
+    recorded by its facts only, and all of it stays under
+    ``LIMITS["total_bytes"]``, in well under 256 arrays. An unknown
+    ``grade_id`` gives ``{"format", "error"}``.
     """
+    lesson, step = lessons.by_cell(grade_id) if isinstance(grade_id, str) else (None, None)
+    if step is None:
+        return {"format": np.array(1),
+                "error": _text(f"no lesson has a check cell {_short(repr(grade_id), 80)}")}
     try:
-        steps = list(GRADE_CELLS.get(grade_id, ()))
-    except TypeError:  # an unhashable grade_id
-        steps = []
-    try:
-        return _observe_steps(str(grade_id), steps, _Lookup(namespace))
+        return _observe_checks(lesson, step.checks, _Lookup(namespace))
     except BaseException as exc:  # noqa: BLE001
         if isinstance(exc, KeyboardInterrupt):
             raise
-        return {"format": np.array(1), "grade_id": _text(grade_id, 80),
-                "error": _text(f"observe failed: {_error_text(exc)}")}
-
-
-_SAFE_ID = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def export(grade_id: str, namespace: Mapping, directory) -> Path:
-    """Save :func:`observe` of ``grade_id`` as ``directory/<grade_id>.npz``; return the path.
-
-    ``grade_id`` must be a plain name (letters, digits, ``_``, ``-``): a ValueError
-    otherwise. Shape legend: see :func:`observe`.
-    """
-    if not isinstance(grade_id, str) or not _SAFE_ID.fullmatch(grade_id):
-        raise ValueError(f"grade_id: expected letters, digits, _ or -, got {grade_id!r}")
-    path = Path(directory) / f"{grade_id}.npz"
-    np.savez(path, **observe(grade_id, namespace))
-    return path
-
-#: Autograd nodes of the built-in softmax, as named in messages.
-_NODE_LABELS = {"SoftmaxBackward0": "torch.softmax", "LogSoftmaxBackward0": "torch.log_softmax"}
+        return {"format": np.array(1), "error": _text(f"observe failed: {_error_text(exc)}")}

@@ -11,8 +11,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from src.checks.catalogue import MISTAKES
-from src.checks.lesson import TITLES, _num, _short
+from src.checks.util import _num, _short
 
 
 class Points(float):
@@ -40,7 +39,7 @@ class Points(float):
 class CheckResult:
     """The outcome of one check; truthy when ``passed``.
 
-    ``mistake`` is the main diagnosis (a :data:`MISTAKES` id) or None;
+    ``mistake`` is the main diagnosis (an id of the lesson's catalogue) or None;
     ``shortfalls`` every id whose cost was deducted (partial credit);
     ``pending`` the strict-only ids found by a visible check, which only the
     graded (strict) run deducts.
@@ -56,13 +55,14 @@ class CheckResult:
     shortfalls: list = field(default_factory=list)
     pending: list = field(default_factory=list)
     seen: dict = field(default_factory=dict, repr=False, compare=False)
+    title: str = ""  # the check's title in its lesson ("Cell 5 — scaled dot-product scores")
+    mistake_title: str = ""  # the title of ``mistake`` in its lesson's catalogue
+
+    def __post_init__(self):
+        self.title = self.title or str(self.step)
 
     def __bool__(self):
         return self.passed
-
-    @property
-    def title(self):
-        return TITLES.get(self.step, str(self.step))
 
     @property
     def points(self) -> Points:
@@ -104,9 +104,18 @@ class CheckResult:
     def to_dict(self):
         return {"step": self.step, "title": self.title, "passed": self.passed,
                 "score": self.score, "max_score": self.max_score,
-                "mistake": self.mistake, "shortfalls": list(self.shortfalls),
-                "pending": list(self.pending), "message": self.message,
-                "notes": list(self.notes)}
+                "mistake": self.mistake, "mistake_title": self.mistake_title,
+                "shortfalls": list(self.shortfalls), "pending": list(self.pending),
+                "message": self.message, "notes": list(self.notes)}
+
+    @classmethod
+    def from_dict(cls, d):
+        """A result from :meth:`to_dict`'s form (without the arrays it read)."""
+        return cls(str(d["step"]), bool(d["passed"]), float(d["score"]),
+                   float(d["max_score"]), str(d["message"]), d.get("mistake"),
+                   list(d.get("notes", [])), list(d.get("shortfalls", [])),
+                   list(d.get("pending", [])), title=str(d.get("title", "")),
+                   mistake_title=str(d.get("mistake_title", "")))
 
 
 
@@ -155,7 +164,7 @@ class Summary:
         rows = "\n".join(
             f"| {'✔ passed' if r else '✘ not yet'} | {r.title} | "
             f"{_num(r.score)}/{_num(r.max_score)} | "
-            f"{(MISTAKES[r.mistake].title if r.mistake in MISTAKES else '')} |"
+            f"{r.mistake_title} |"
             for r in self.results)
         return (f"**Total: {_num(self.score)}/{_num(self.max_score)} points**\n\n"
                 f"| | step | points | mistake |\n|---|---|---|---|\n{rows}")
@@ -164,13 +173,17 @@ class Summary:
         return {"passed": self.passed, "score": self.score, "max_score": self.max_score,
                 "results": [r.to_dict() for r in self.results]}
 
+    @classmethod
+    def from_dict(cls, d):
+        return cls([CheckResult.from_dict(r) for r in d["results"]])
+
 
 #: A failing message's first line (the mistake and the next step) and its evidence.
 FIRST_LINE_CHARS, EVIDENCE_CHARS = 200, 600
 
 
-def _mistake_text(mistake_id, seen):
-    m = MISTAKES[mistake_id]
+def _mistake_text(m, seen):
+    """A failing message for the catalogue entry ``m`` (a spec's Mistake)."""
     why = _short(f"Why: {m.cause}.", EVIDENCE_CHARS // 2)
     seen = _short(f"What we saw: {seen}", EVIDENCE_CHARS - len(why) - 1)
     return _tidy(f"Mistake: {m.title}. Next step: {m.next_step}.\n{seen}\n{why}")

@@ -1,8 +1,7 @@
-"""``python verify.py NOTEBOOK``: replay a notebook's step cells as grading does.
+"""``python verify.py NOTEBOOK``: a notebook's step cells replayed and judged as grading does.
 
-The replay runs in a fork server (``src/replay.py``), inside a bubblewrap
-sandbox when bwrap works here; each step cell is judged by
-:func:`src.checks.judge.judge_replay`.
+The replay runs in a fork server (``src/replay.py``), inside a bubblewrap sandbox
+when bwrap works here; the verdicts come from the one road (``src/road.py``).
 """
 
 from __future__ import annotations
@@ -10,57 +9,58 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from src.checks.judge import _failed, _Reader, judge_replay
-from src.checks.lesson import GRADE_CELLS, _num
-from src.checks.observe import _error_text
-from src.checks.results import Summary
+from src.checks.util import _error_text, _num
 
 # The course's root: the verify.py, src/ and data/ that the replay ships.
 HERE = Path(__file__).resolve().parents[2]
 
 
-def run_notebook(path, timeout=60, strict=False):
+def run_notebook(path, timeout=60, strict=True):
     """Replay a notebook's step cells as grading does; return (report dict, cell errors).
 
-    Each step cell (Cells 4-7, found by their nbgrader grade_id) is run on its own by
-    the replay of src/replay.py: in a fork server (inside a bubblewrap sandbox when
-    bwrap works here), on the notebook's set-up cells and the reference tensors of the
-    steps before it, and judged here. ``timeout`` bounds the whole replay (seconds).
+    Each step cell (found by its nbgrader grade_id) is run on its own by the replay of
+    src/replay.py: in a fork server (inside a bubblewrap sandbox when bwrap works here),
+    on the notebook's set-up cells and the reference tensors of the steps before it, and
+    judged on the road every verdict takes (src/road.py). ``timeout`` bounds the whole
+    replay (seconds). ``strict`` is kept for old callers: every verdict is the graded
+    run's.
     """
     import nbformat
 
-    from src import replay, sandbox
+    from src import lessons, replay, road, sandbox
 
     nb = nbformat.read(Path(path), as_version=4)
-    cells = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id"): c.source
-             for c in nb.cells if c.cell_type == "code"}
-    missing = [g for g in replay.SETUP_CELLS if g not in cells]
-    if missing:
-        raise ValueError(f"expected the set-up cells {', '.join(replay.SETUP_CELLS)}, "
+    cells = road.notebook_cells(nb)
+    lesson = _lesson_of(lessons, cells)
+    setup = road.setup_sources(lesson, cells)
+    if setup is None:
+        missing = [c for c in lesson.setup_cells if c not in dict(cells)]
+        raise ValueError(f"expected the set-up cells {', '.join(lesson.setup_cells)}, "
                          f"missing {', '.join(missing)}")
-    steps = {s: cells[s] for s in replay.STEPS if s in cells}
-    server = replay.ReplayServer([cells[g] for g in replay.SETUP_CELLS],
-                                 {n: HERE / n for n in ("verify.py", "src", "data")},
+    shipped = {n: HERE / n for n in ("verify.py", "src", "data")}
+    server = replay.ReplayServer(lesson, setup, shipped,
                                  sandboxed=sandbox.unavailable_reason() is None)
     try:
-        answer = server.replay(steps, seconds=float(timeout))
+        found = road.verdicts(lesson, road.step_sources(lesson, cells),
+                              lambda steps: server.replay(steps, seconds=float(timeout)),
+                              cells=cells)
     finally:
         server.close()
-    results, per_cell, errors = [], {}, []
-    for step, (gid, _) in replay.STEPS.items():
-        data = answer.get(step, f"the notebook has no cell with grade_id {step}")
-        if isinstance(data, dict):
-            summary = judge_replay(gid, data, answer.get(f"own:{step}"), strict=strict)
-            raised = _Reader(data).strings("cell.raised")
-            if raised:
-                name, _, message = raised[0].partition(": ")
-                errors.append({"cell": step, "error": name, "message": message})
-        else:
-            summary = Summary([_failed(s, f"Not judged: {data}.") for s in GRADE_CELLS[gid]])
-        per_cell[gid] = summary.to_dict() | {"test_cell_present": gid in cells}
-        results += summary.results
-    report = Summary(results).to_dict() | {"cells": per_cell, "strict": strict}
+    per_cell = {test: summary.to_dict() | {"test_cell_present": test in dict(cells)}
+                for test, summary in found.summaries.items()}
+    report = found.summary.to_dict() | {"cells": per_cell, "strict": True,
+                                        "lesson": lesson.name}
+    errors = [{"cell": c, "error": e, "message": m} for c, e, m in found.raised]
     return report, errors
+
+
+def _lesson_of(lessons, cells):
+    """The lesson whose set-up and step cells the notebook holds (the first, else lesson 1)."""
+    labels = {label for label, _ in cells}
+    for spec in lessons.LESSONS.values():
+        if set(spec.setup_cells) <= labels:
+            return spec
+    return lessons.lesson()
 
 
 def main(argv=None) -> int:
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
     parser.add_argument("notebook", type=Path)
     parser.add_argument("--json", action="store_true", help="print a JSON report")
     parser.add_argument("--strict", action="store_true",
-                        help="judge as the graded run does (strict-only items deducted)")
+                        help="(the default: every check judges as the graded run does)")
     parser.add_argument("--timeout", type=int, default=60,
                         help="seconds for the whole replay")
     args = parser.parse_args(argv)
@@ -90,8 +90,7 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        print(f"{args.notebook}: {_num(report['score'])}/{_num(report['max_score'])} points"
-              f"{' (graded run)' if args.strict else ''}")
+        print(f"{args.notebook}: {_num(report['score'])}/{_num(report['max_score'])} points")
         for r in report["results"]:
             mark = "PASS" if r["passed"] else "FAIL"
             print(f"[{mark}] {r['title']}: {_num(r['score'])}/{_num(r['max_score'])}")

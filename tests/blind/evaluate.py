@@ -37,11 +37,11 @@ def attempts(path=None) -> list[dict]:
 def judge_attempt(a: dict) -> dict:
     """{cell number: strict Summary of its grade cell} for one attempt."""
     with replay.pinned_seed(SECOND_RUN_SEED):
-        answer = replay.replay_in_process({CELL[n]: src for n, src in a["cells"].items()},
-                                          release_setup())
+        answer = replay.replay_in_process(
+            verify.LESSON, {CELL[n]: src for n, src in a["cells"].items()}, release_setup())
     out = {}
     for n, step in CELL.items():
-        gid = replay.STEPS[step][0]
+        gid = verify.LESSON.by_cell[step].test
         out[n] = verify.judge_replay(gid, answer[step], answer.get(f"own:{step}"),
                                      strict=True)
     return out

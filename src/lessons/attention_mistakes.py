@@ -1,71 +1,35 @@
-"""The catalogue of common mistakes, one entry each, read top to bottom.
+"""Lesson 1's catalogue of common mistakes, one entry each, read top to bottom.
 
-Each entry (:class:`Mistake`) is the one place for a mistake: its step, its title,
-its cause, the next step the student is told, what it costs, and how the judge
-recognises it (the wrong result reproduced from the step's inputs, a wrong softmax
-to probe, a factor, an error pattern, or an observed fact). The judge
-(``src/checks/judge.py``) and the tests (``tests/catalogue.py``) both read it; a
-course author adds a mistake by adding an entry here.
+Each entry (:class:`src.spec.Mistake`) is the one place for a mistake: its check,
+its title, its cause, the next step the student is told, what it costs, and how the
+judge recognises it (the wrong result reproduced from the check's inputs, a wrong
+softmax to probe, a factor, an error pattern, or an observed fact). The lesson's spec
+(``src/lessons/attention.py``) carries it to the judge; the tests
+(``tests/catalogue.py``) read it too; a course author adds a mistake by adding an
+entry here.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from functools import lru_cache
-from typing import Callable
 
 import numpy as np
 
-from src.checks.lesson import D_K, HALF, _softmax, _swap
+from src.checks.util import _softmax, _swap
+from src.spec import Mistake
+
+#: d_k = d_model of the lesson (its spec reads it from here).
+D_K = 64
+SQRT_DK = math.sqrt(D_K)
+#: Partial credit: the share of a check's points that a shortfall costs.
+HALF = 0.5
 
 
-@dataclass(frozen=True)
-class Mistake:
-    """A common wrong version of a step: its text, and how to reproduce it.
-
-    ``step`` is the check that names it ("any": every check that judges
-    tensors). A mistake is recognised by one of:
-
-    - ``reproduce(inp)``: the wrong output(s) computed from the step's inputs
-      (``inp`` holds float64 arrays by name; for projections also ``name``);
-    - ``fns``: for softmax mistakes, the wrong softmax itself, one function
-      ``f(x, dim)`` per variant (float32 NumPy, mirroring the torch code); they
-      are probed like the student's and applied to the scores for the weights;
-    - ``factor``: the output is this multiple of the right one;
-    - ``error`` / ``line``: regular expressions over a raised error and the line
-      that raised it (``example`` is a real such error and line);
-    - a fact observed about the tensor or the function (``kind`` names the rule
-      of the judge that recognises it: "dtype", "lost_batch", "detached",
-      "builtin", ...; tests/catalogue.py shows how each is made).
-
-    ``cost`` is the share of the step's points it costs; ``strict_only``
-    mistakes are deducted only in the graded (strict) run.
-    """
-
-    id: str
-    step: str
-    title: str
-    cause: str
-    next_step: str
-    shows: str = ""
-    reproduce: Callable | None = None
-    fns: tuple = ()
-    factor: float | None = None
-    error: str | None = None
-    line: str | None = None
-    example: tuple = ()  # (error text, line) of a real case, for error entries
-    kind: str | None = None
-    cost: float = 1.0
-    strict_only: bool = False
-    in_weights: bool = True  # softmax mistakes: also looked for in the weights
-
-
-_ENTRIES: list = []
+ENTRIES: list = []
 
 
 def _m(id, step, title, cause, next_step, **kw):
-    _ENTRIES.append(Mistake(id, step, title, cause, next_step, **kw))
+    ENTRIES.append(Mistake(id, step, title, cause, next_step, **kw))
 
 
 def _fns(*variants):
@@ -193,33 +157,33 @@ def _raw(inp):
 _m("transposed_product", "attention_scores", "the product is transposed (K Qᵀ)",
    "the scores are the transpose of Q Kᵀ/√d_k: rows are keys and columns queries",
    "compute query @ key.transpose(-2, -1): queries on the rows, keys on the columns",
-   reproduce=lambda inp: _swap(_raw(inp)) / 8, shows="(Q Kᵀ/√d_k)ᵀ = K Qᵀ/√d_k")
+   reproduce=lambda inp: _swap(_raw(inp)) / SQRT_DK, shows="(Q Kᵀ/√d_k)ᵀ = K Qᵀ/√d_k")
 _m("same_tensor_twice", "attention_scores", "the same tensor on both sides of the product",
    "the scores equal Q Qᵀ/√d_k or K Kᵀ/√d_k: the query was used as the key (or the "
    "other way round)",
    "use query on the left and key on the right: query @ key.transpose(-2, -1)",
-   reproduce=lambda inp: [inp["query"] @ _swap(inp["query"]) / 8,
-                          inp["key"] @ _swap(inp["key"]) / 8],
+   reproduce=lambda inp: [inp["query"] @ _swap(inp["query"]) / SQRT_DK,
+                          inp["key"] @ _swap(inp["key"]) / SQRT_DK],
    shows="Q Qᵀ/√d_k (or K Kᵀ/√d_k)")
 _m("value_in_scores", "attention_scores", "the value was used in the scores",
    "the scores equal Q Vᵀ/√d_k (or V Kᵀ/√d_k): the value takes no part in the scores",
    "compute query @ key.transpose(-2, -1); the value comes in at Cell 7",
-   reproduce=lambda inp: [inp["query"] @ _swap(inp["value"]) / 8,
-                          inp["value"] @ _swap(inp["key"]) / 8],
+   reproduce=lambda inp: [inp["query"] @ _swap(inp["value"]) / SQRT_DK,
+                          inp["value"] @ _swap(inp["key"]) / SQRT_DK],
    shows="Q Vᵀ/√d_k")
 _m("feature_product", "attention_scores", "a product over tokens instead of features (Kᵀ Q)",
    "the scores have shape [1, 64, 64] and equal Kᵀ Q/√d_k (or Qᵀ K): the transpose is on "
    "the wrong operand, so the product sums over the tokens",
    "transpose the key, not the query: query @ key.transpose(-2, -1) gives [1, 6, 6]",
-   reproduce=lambda inp: [_swap(inp["key"]) @ inp["query"] / 8,
-                          _swap(inp["query"]) @ inp["key"] / 8,
+   reproduce=lambda inp: [_swap(inp["key"]) @ inp["query"] / SQRT_DK,
+                          _swap(inp["query"]) @ inp["key"] / SQRT_DK,
                           _swap(inp["key"]) @ inp["query"], _swap(inp["query"]) @ inp["key"]],
    shows="Kᵀ Q/√d_k, shape [1, 64, 64]")
 
 
 def _causal(inp):
     """Q Kᵀ/√d_k with a decoder's causal mask: each token keeps itself and those before."""
-    scores = _raw(inp) / 8
+    scores = _raw(inp) / SQRT_DK
     later = np.triu(np.ones(scores.shape[-2:], dtype=bool), k=1)
     return [np.where(later, fill, scores)
             for fill in (-np.inf, -1e9, float(np.finfo(np.float32).min))]
@@ -260,7 +224,7 @@ _m("softmax_in_scores", "attention_scores",
    "the 'scores' are already softmax weights (maybe divided by √d_k after the softmax): "
    "the softmax belongs to Cell 6",
    "in Cell 5 compute only query @ key.transpose(-2, -1) / math.sqrt(d_k)",
-   reproduce=lambda inp: [_softmax(_raw(inp)) / 8, _softmax(_raw(inp) / 8),
+   reproduce=lambda inp: [_softmax(_raw(inp)) / SQRT_DK, _softmax(_raw(inp) / SQRT_DK),
                           _softmax(_raw(inp))],
    shows="softmax(Q Kᵀ)/√d_k or softmax(Q Kᵀ/√d_k)")
 _m("elementwise_scores", "attention_scores",
@@ -269,8 +233,8 @@ _m("elementwise_scores", "attention_scores",
    "has the shape of query, [1, 6, 64] (or [1, 6] once summed over the features: token "
    "i with token i only), not [1, 6, 6]",
    "use the matrix product @ with key transposed: query @ key.transpose(-2, -1)",
-   reproduce=lambda inp: [inp["query"] * inp["key"] / 8, inp["query"] * inp["key"],
-                          (inp["query"] * inp["key"]).sum(-1) / 8],
+   reproduce=lambda inp: [inp["query"] * inp["key"] / SQRT_DK, inp["query"] * inp["key"],
+                          (inp["query"] * inp["key"]).sum(-1) / SQRT_DK],
    shows="query * key (/√d_k), or its sum over the features")
 
 # Cell 6 — the softmax function (probed) and the weights.
@@ -411,18 +375,18 @@ _m("weights_transposed_in_cell6", "attention_weights", "the weights are transpos
 _m("scaling_after_softmax", "attention_weights", "scaled after the softmax",
    "the weights equal softmax(scores)/√d_k, so rows sum to 1/8, not 1",
    "scale the scores in Cell 5, before the softmax; the weights themselves are not scaled",
-   reproduce=lambda inp: _softmax(inp["attention_scores"]) / 8)
+   reproduce=lambda inp: _softmax(inp["attention_scores"]) / SQRT_DK)
 _m("scores_scaled_again", "attention_weights", "the scores scaled again in Cell 6",
    "the weights equal softmax(scores/√d_k): the scores from Cell 5 are already scaled, "
    "dividing again makes the weights too flat",
    "apply the softmax to attention_scores as they are",
-   reproduce=lambda inp: _softmax(inp["attention_scores"] / 8),
+   reproduce=lambda inp: _softmax(inp["attention_scores"] / SQRT_DK),
    shows="softmax(attention_scores / 8)")
 _m("unscaled_scores_used", "attention_weights", "the unscaled product used in Cell 6",
    "the weights equal softmax(Q Kᵀ): the product was recomputed without the 1/√d_k "
    "from Cell 5",
    "apply the softmax to attention_scores from Cell 5",
-   reproduce=lambda inp: _softmax(inp["attention_scores"] * 8),
+   reproduce=lambda inp: _softmax(inp["attention_scores"] * SQRT_DK),
    shows="softmax(Q Kᵀ), without 1/√d_k")
 _m("softmax_not_applied", "attention_weights", "the softmax was not applied",
    "the weights equal the scores unchanged",
@@ -814,16 +778,5 @@ _m("not_computed", "any", "not computed yet",
    "write your code in the cell above and run it", kind="missing")
 
 #: The catalogue: every mistake the checks can name, in the order they are tried.
-MISTAKES: dict[str, Mistake] = {m.id: m for m in _ENTRIES}
-assert len(MISTAKES) == len(_ENTRIES), "duplicate mistake ids"
-_ERROR_ENTRIES = [m for m in _ENTRIES if m.error]
-
-
-@lru_cache(maxsize=None)
-def _value_entries(step):
-    """Entries recognised from values, for the tensor ``step``, in catalogue order."""
-    out = [m for m in _ENTRIES if m.step == step and (m.reproduce or m.factor or m.kind
-                                                       == "new_layers")]
-    if step == "attention_weights":
-        out += [m for m in _ENTRIES if m.step == "softmax" and m.fns and m.in_weights]
-    return tuple(out)
+MISTAKES: dict[str, Mistake] = {m.id: m for m in ENTRIES}
+assert len(MISTAKES) == len(ENTRIES), "duplicate mistake ids"

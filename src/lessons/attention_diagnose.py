@@ -1,0 +1,550 @@
+"""Lesson 1's own readings of a wrong result: what the engine's generic rules cannot say.
+
+The spec (``src/lessons/attention.py``) hands these to the judge as its checks'
+``diagnose`` hooks, each at a stage of the judge (``src/checks/judge.py``):
+
+- ``first`` / ``fit`` / ``rows`` / ``mix`` / ``last``: (mistake id, what we saw) of a
+  wrong tensor that no catalogue entry reproduces, or None;
+- ``right``: [(mistake id, what we saw)] of a tensor with the right values (how it
+  was made);
+- ``symptom``: what a message says it saw for a recognised entry;
+- ``judge``: the whole verdict of a function check (the student's softmax, probed).
+
+Each takes the lesson's spec first (this module does not import it: the spec imports
+this one). NumPy only; never raises on data (the judge catches what would).
+Shape legend: B = 1 batch, L = S = 6 tokens, d_k = d_model = 64.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import numpy as np
+
+from src.checks.util import (
+    _close,
+    _constant,
+    _fmt,
+    _listing,
+    _num,
+    _short,
+    _softmax,
+    output_gradient,
+    tie_group_sums,
+)
+from src.checks.verdict import _error_entry, _Finding, _result, _strict
+
+
+def vectors_normalised(lesson, name, rows_a, rows_e):
+    """Scores [rows, S] divided by a number per query and per key (cosine similarity)."""
+    if np.all(np.abs(rows_e) > 1e-9) and np.all(np.sign(rows_a) == np.sign(rows_e)) and \
+            np.all(rows_a != 0):
+        ratio = np.log(rows_a / rows_e)  # log(u_i) + log(v_j): additive in rows and columns
+        fit = ratio.mean(1, keepdims=True) + ratio.mean(0, keepdims=True) - ratio.mean()
+        if np.abs(ratio - fit).max() <= 1e-4 and np.ptp(ratio) > 1e-3:
+            return "vectors_normalised", (
+                f"`{name}` is the right score divided by a number for each query and a "
+                "number for each key: the vectors' lengths were divided out (cosine "
+                "similarity).")
+    return None
+
+
+def softmax_axis(lesson, name, arr, ctx):
+    """Weights that sum to 1 along another axis than the keys'."""
+    for axis in range(arr.ndim - 1):  # the softmax's axis, read off its sums
+        if np.allclose(arr.sum(axis), 1, atol=1e-3):
+            return "softmax_wrong_axis", (f"`{name}` sums to 1 along axis {axis}, not "
+                                          "along the keys (the last axis).")
+    return None
+
+
+def weights_builtin(lesson, r, name, view):
+    """[("weights_not_from_your_softmax", what we saw)] when the weights' autograd graph
+    holds an operation no hand-written softmax needs, and the student's softmax does not
+    (a softmax that calls it is charged there, once)."""
+    allowed = lesson.facts["softmax_allowed"]
+    builtin = [_node_label(lesson, n) for n in view.graph if n not in allowed]
+    own = [c for c in r.strings("softmax.calls")
+           if c.split(".")[-1] in lesson.facts["builtin_softmax"]] + _not_allowed(lesson, r)
+    if builtin and not own:
+        return [("weights_not_from_your_softmax", "the autograd graph of "
+                 f"`attention_weights` holds {builtin[0]}.")]
+    return []
+
+
+def weights_symptom(lesson, m, name, arr, expected):
+    """What a message says it saw for a recognised softmax or weights entry, or None."""
+    if m.id == "softmax_wrong_axis":
+        if _constant(arr):
+            return (f"every entry of `{name}` is {_fmt(arr.ravel()[0])}: the softmax ran "
+                    "over an axis of size 1 (the batch axis, dim=0).")
+        return (f"the columns of `{name}` sum to 1 ({_fmt(arr.sum(-2).ravel())}) while "
+                f"its rows sum to {_row_sums(arr)}.")
+    if m.step in ("softmax", "attention_weights") and not m.shows:
+        neg = int((arr < 0).sum())
+        extra = f", and {neg} weights are negative" if neg else ""
+        if np.allclose(arr.sum(-1), 1, atol=1e-4) and not neg:
+            err = float(np.abs(arr - expected).max())
+            return (f"the rows of `{name}` sum to 1, but the weights differ from the "
+                    f"softmax of your scores along each row by up to {_fmt(err)}.")
+        return f"the rows of `{name}` sum to {_row_sums(arr)}{extra}."
+    return None
+
+
+def _row_sums(arr):
+    return _fmt(arr.sum(-1).ravel()) if arr.ndim else _fmt(arr)
+
+
+def weights_relation(lesson, name, arr, ctx):
+    """Weights that are a softmax of the scores, but not the lesson's: softmax(c·scores)
+    (a temperature), or some keys masked to 0 and the rest renormalised."""
+    expected, scores = ctx.expected(name), ctx.inp["attention_scores"]
+    rows_w = arr.reshape(-1, arr.shape[-1])
+    rows_e, rows_s = expected.reshape(rows_w.shape), scores.reshape(rows_w.shape)
+    if not (np.all(rows_w >= 0) and np.allclose(rows_w.sum(-1), 1, atol=1e-4)):
+        return None
+    masked = (rows_w <= 1e-12) & (rows_e > 1e-6)
+    if masked.any() and not masked.all(-1).any():
+        kept = np.where(masked, 0.0, rows_e)
+        if _close(rows_w, kept / kept.sum(-1, keepdims=True)):
+            return "weights_masked", (f"{int(masked.sum())} of `{name}`'s {masked.size} "
+                                      "weights are 0 though their scores are finite; the "
+                                      "others are the right ones, renormalised.")
+    if np.all(rows_w > 1e-30) and np.ptp(rows_s) > 1e-6:
+        logs = np.log(rows_w)  # log w_ij = c·s_ij + r_i for a softmax of c·s
+        centred_l = logs - logs.mean(-1, keepdims=True)
+        centred_s = rows_s - rows_s.mean(-1, keepdims=True)
+        c = float((centred_l * centred_s).sum() / max((centred_s ** 2).sum(), 1e-30))
+        if np.abs(centred_l - c * centred_s).max() <= 1e-3 and abs(c - 1) > 1e-3:
+            return "weights_temperature", (f"`{name}` = softmax({_num(c)} × attention_scores)"
+                                           ": the scores were rescaled before the softmax.")
+    return None
+
+
+def mixing(lesson, name, arr, ctx):
+    """Cell 7: whether ``arr`` [B, L, d] is a mix of the rows of value (out = M @ value for
+    some M) and what M's rows do; None when nothing can be said."""
+    value = ctx.inp["value"]
+    v, out = value.reshape(-1, value.shape[-1]), arr.reshape(-1, arr.shape[-1])
+    own = (out * v).sum(-1) / np.maximum((v * v).sum(-1), 1e-30)  # out[i] = c_i v[i]?
+    if _close(out, own[:, None] * v, dict(rtol=1e-3, atol=1e-4)):
+        return ("values_not_mixed", "each row of `attended_values` is its own token's row of "
+                f"`value`, scaled by {_fmt(own)}.")
+    m = np.linalg.lstsq(v.T, out.T, rcond=None)[0].T  # [L, S]: out ≈ m @ v
+    if not _close(m @ v, out, dict(rtol=1e-3, atol=1e-4)):
+        return ("after_the_product", "`attended_values` is not a weighted sum of the rows of "
+                "`value`: something else was applied to them or to the result.")
+    if np.allclose(m.sum(-1), 1, atol=1e-3):
+        return ("weights_changed", "`attended_values` mixes the rows of `value` with weights "
+                "that sum to 1 but are not `attention_weights` (changed before the product).")
+    return ("weights_changed", "`attended_values` mixes the rows of `value` with weights whose "
+            f"rows sum to {_fmt(m.sum(-1))}, not 1.")
+
+
+def layer_use(lesson, name, arr, view):
+    """(mistake id, what we saw) of how ``name`` uses the layers, from its gradients with
+    respect to their parameters: d/dW = Gᵀ x' (x' the layer's input), d/db = c ΣG."""
+    grads, d_k = view.grads, lesson.facts["d_k"]
+    if not grads:
+        return None
+    mine = f"{name[0]}_proj"
+    used = [k for k, g in grads.items() if np.any(g)]
+    others = sorted({k.split(".")[0] for k in used} - {mine})
+    if others:
+        return "wrong_inputs", (f"`{name}` depends on {_listing(others)}'s parameters: it was "
+                                "computed with another layer, or from another projection.")
+    g = output_gradient(arr.shape).astype(np.float64).reshape(-1, d_k) if arr.size == \
+        6 * d_k else None
+    bias, weight = grads.get(f"{mine}.bias"), grads.get(f"{mine}.weight")
+    if g is None or bias is None or weight is None or not np.any(weight):
+        return None
+    x = lesson.facts["shipped"]()["x"].astype(np.float64).reshape(-1, d_k)  # [B*L, d_model]
+    weight = weight.astype(np.float64)  # [d_k, d_model] = G'ᵀ (the layer's input)
+    coef = np.linalg.lstsq(x.T, weight.T, rcond=None)[0]  # weight rows in x's row span?
+    if not _close(x.T @ coef, weight.T, dict(rtol=1e-3, atol=1e-4)):
+        return "layer_input_not_x", (f"the layer behind `{name}` was applied to a tensor "
+                                     "that is not x (x was changed first).")
+    if _close(weight, g.T @ x, dict(rtol=1e-3, atol=1e-4)):  # G reaches the layer unchanged
+        total = g.sum(0)
+        c = float(bias @ total / (total @ total))
+        if not _close(bias, total):
+            return "bias_misused", f"the bias enters `{name}` {_fmt(c)} times instead of once."
+        return None
+    return "after_the_layer", (f"`{name}` is {mine}(x) changed after the layer (its "
+                               "gradient does not reach the layer unchanged).")
+
+
+
+def provenance(lesson, r, name, view):
+    """[("detached_projection", what we saw)] when ``name`` has the right values but does
+    not come from its layer as the formula does: its gradients with respect to the
+    layers' parameters (the replay's) are not q_proj(x)'s, or (no gradients recorded)
+    its autograd graph does not hold the layer's weight."""
+    if view.kind != "tensor":
+        return []
+    layer = f"{name[0]}_proj"
+    if view.grads:
+        wrong = _provenance(lesson, name, view.grads)
+        return [("detached_projection", f"`{name}` has the right values but its gradient "
+                 f"with respect to {wrong} is not the one {layer}(x) has: it does not come "
+                 "from that layer as the formula does.")] if wrong else []
+    if f"{layer}.weight" not in view.made_by:
+        how = ("it does not require grad" if not view.requires_grad else
+               f"its autograd graph holds {', '.join(view.made_by) or 'no parameters'}")
+        return [("detached_projection", f"`{name}` has the right values but {how}: it is "
+                 f"not connected to {layer}'s weight.")]
+    return []
+
+
+def _provenance(lesson, name, grads):
+    """The first parameter whose gradient (see src/replay.py) differs from q_proj(x)'s, or
+    "" when all agree: query = q_proj(x) has d/dW = Gᵀx, d/db = ΣG, and 0 for the rest."""
+    d_k = lesson.facts["d_k"]
+    x = lesson.facts["shipped"]()["x"].astype(np.float64).reshape(-1, d_k)  # [B*L, d_model]
+    g = output_gradient(lesson.shapes[name]).astype(np.float64).reshape(-1, d_k)  # [B*L, d_k]
+    for layer in ("q_proj", "k_proj", "v_proj"):
+        mine = layer[0] == name[0]
+        for part, want in (("weight", g.T @ x), ("bias", g.sum(0))):
+            got = grads.get(f"{layer}.{part}")
+            want = want if mine else np.zeros_like(want)
+            if got is None or got.shape != want.shape or not _close(got, want, dict(
+                    rtol=1e-3, atol=1e-4)):
+                return f"{layer}.{part}"
+    return ""
+
+
+
+@lru_cache(maxsize=None)
+def _fn_outputs(lesson, mistake_id, probe_index):
+    """What each variant of softmax mistake ``mistake_id`` returns on a probe (None: raises)."""
+    probe = lesson.probes()[probe_index]
+    outs = []
+    for fn in lesson.mistakes[mistake_id].fns:
+        try:
+            out = np.asarray(fn(probe.x.copy(), probe.dim), dtype=np.float64)
+            outs.append(out if out.shape == probe.x.shape else out)
+        except (ValueError, IndexError, TypeError):
+            outs.append(None)
+    return tuple(outs)
+
+
+#: Softmax mistakes about the all -inf row; the others are compared without that row,
+#: so that they are recognised whether or not the student's softmax guards it.
+MASK_MISTAKES = ("fully_masked_row", "finite_mask_value")
+
+
+@lru_cache(maxsize=None)
+def _probe_table(lesson, i):
+    """Every softmax mistake variant's output on probe ``i``, stacked once per process:
+    (owners [(mistake id, variant)], outputs [n, *shape], raises [n], comparable [n])."""
+    shape = lesson.probes()[i].x.shape
+    owners, rows, raises, usable = [], [], [], []
+    for m in lesson.function_entries("softmax"):
+        for v, out in enumerate(_fn_outputs(lesson, m.id, i)):
+            owners.append((m.id, v))
+            ok = out is not None and out.shape == shape
+            rows.append(out if ok else np.full(shape, np.nan))
+            raises.append(out is None)
+            usable.append(ok)
+    return owners, np.stack(rows), np.array(raises), np.array(usable)
+
+
+def _probe_matches(lesson, i, out):
+    """{(mistake id, variant): whether it gives ``out`` on probe ``i``} (None: it raised)."""
+    owners, table, raises, usable = _probe_table(lesson, i)
+    if out is None:
+        return dict(zip(owners, raises))
+    if out.shape != table.shape[1:]:
+        return dict.fromkeys(owners, False)
+    a = out[None]
+    with np.errstate(all="ignore"):
+        close = np.abs(a - table) <= 1e-5 + 1e-3 * np.abs(table)
+        same = (a == table) | (np.isnan(a) & np.isnan(table))
+        ok = np.where(np.isfinite(table), close, same) & usable.reshape((-1,) + (1,) * out.ndim)
+        whole = ok.reshape(len(owners), -1).all(1)
+        rest = ok[:, 1:].reshape(len(owners), -1).all(1) if i == lesson.facts["masked_probe"] \
+            else whole
+    return {o: bool(whole[k] if o[0] in MASK_MISTAKES else rest[k])
+            for k, o in enumerate(owners)}
+
+
+def _explanations(lesson, outs):
+    """For each softmax mistake: the probes where one of its variants gives the output,
+    and whether a single variant gives every output."""
+    table = [_probe_matches(lesson, i, out) for i, out in enumerate(outs)]
+    result = {}
+    for m in lesson.function_entries("softmax"):
+        variants = range(len(m.fns))
+        every = any(all(t[(m.id, v)] for t in table) for v in variants)
+        probes = {i for i, t in enumerate(table) if any(t[(m.id, v)] for v in variants)}
+        result[m.id] = (every, probes)
+    return result
+
+
+def _probe_seen(probe, out, error, line):
+    if error:
+        at = f" at `{line}`" if line else ""
+        return f"on {probe.label} ({probe.shown}) your softmax raised {error}{at}."
+    return (f"on {probe.label} ({probe.shown}) your softmax returned {_fmt(out)} instead "
+            f"of {_fmt(probe.expected)}.")
+
+
+#: Readable names of autograd nodes a student meets (others: the node's own name).
+_READABLE_NODES = {
+    "SafeSoftmaxBackward0": "torch._safe_softmax (what F.scaled_dot_product_attention runs)",
+    "MmBackward0": "a matrix product (@, mm)", "BmmBackward0": "a matrix product (@, bmm)",
+}
+
+
+def _node_label(lesson, node):
+    """How a message names the operation that left autograd node ``node``."""
+    if node in lesson.facts["node_labels"]:
+        return lesson.facts["node_labels"][node]
+    if node in _READABLE_NODES:
+        return _READABLE_NODES[node]
+    if node.startswith("ScaledDotProduct"):
+        return f"F.scaled_dot_product_attention ({node})"
+    plain = re.fullmatch(r"([A-Z][A-Za-z0-9]*?)Backwards?\d*", node)  # SigmoidBackward0
+    if not plain:
+        return node
+    return "torch." + re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", plain.group(1)).lower()
+
+
+def _not_allowed(lesson, r):
+    """The nodes in the graphs of the softmax's outputs on the probes that no operation of
+    the lesson's ``softmax_ops`` makes."""
+    allowed = lesson.facts["softmax_allowed"]
+    other = [n for n in r.strings("softmax.nodes") if n not in allowed]
+    # the one that computes a softmax first: the message names it
+    return sorted(other, key=lambda n: not re.search("Softmax|ScaledDotProduct", n))
+
+
+_SOFTMAX_OK = ("Your softmax matches torch.softmax on every probe: ordinary rows, rows far "
+               "apart, logits of ±1e4, masked (-inf) keys, a fully masked row (zeros) and "
+               "every dim, without changing its input.")
+
+
+def judge_softmax(lesson, check, r, strict, cell):
+    """The result of the softmax check from the replay's data (its probes and the
+    weights it made)."""
+    f = _Finding()
+    verdict = _softmax_verdict(lesson, r, strict, cell)
+    if isinstance(verdict, _Finding):
+        f = verdict
+    elif lesson.mistakes[verdict[0]].strict_only:  # a shortfall of a working softmax
+        _strict(f, strict, *verdict)
+    else:
+        f.mistake, f.seen = verdict
+    return _result(lesson, check, [("softmax", f)], _SOFTMAX_OK, [], cell, {})
+
+
+def _softmax_verdict(lesson, r, strict, cell):
+    """(mistake id, what we saw), or a _Finding (unnamed failure or a pass)."""
+    kind = r.tensor("softmax", "").kind
+    if kind in ("missing", "none"):
+        if cell.raised:
+            return (_error_entry(lesson, cell.error, cell.line) or "cell_raised",
+                    f"{cell.said()}, so `softmax` is not defined yet.")
+        return ("not_computed", "`softmax` is not defined yet: run your Cell 6 code (the "
+                "def softmax(...) block) first.")
+    if kind in ("tensor", "ndarray"):
+        return "softmax_shadowed", f"`softmax` is now {r.tensor('softmax', '').describe()}."
+    if kind != "function":
+        return ("bad_type", "`softmax` should be the function you define in Cell 6, but it is "
+                f"{r.tensor('softmax', '').describe()}.")
+    if r.text("softmax.error"):
+        return "softmax_raises", f"your softmax {r.text('softmax.error')}."
+    probes = lesson.probes()
+    n = len(probes)
+    raised = [(r.strings(f"softmax.p{i}.raised") + ["", ""])[:2] for i in range(n)]
+    errors, lines = [e for e, _ in raised], [line for _, line in raised]
+    # What ran, read off the autograd graphs of its outputs (the probes', and the weights'
+    # in the replay): a node of a built-in softmax, or a Function written by hand.
+    calls = r.strings("softmax.calls")  # (the weights' own graph: see _judge_tensors)
+    builtin = list(dict.fromkeys(c for c in calls
+                                 if c.split(".")[-1] in lesson.facts["builtin_softmax"]))
+    if builtin:
+        return "uses_builtin_softmax", f"your softmax calls {', '.join(builtin)}."
+    course = r.strings("softmax.course_code")
+    if course:
+        return ("softmax_runs_course_code", f"calling your softmax runs {course[0]}, "
+                "which ships with the course.")
+    if r.flag("replay.python_node"):
+        return ("custom_autograd", "the weights' autograd graph holds a Function of your "
+                "own (a class with forward and backward).")
+    mutated = [i for i in range(n) if r.flag(f"softmax.p{i}.mutated")]
+    if mutated:
+        return "mutates_input", f"calling softmax on {probes[mutated[0]].shown} changed that x."
+    if "attention_scores" in cell.mutated:
+        return "mutates_input", "after your Cell 6 ran, `attention_scores` held other numbers."
+    weights = r.tensor("attention_weights")
+    detached = [i for i in range(n) if r.flag(f"softmax.p{i}.detached")]
+    same = _same_for_every_input(r, probes)
+    if same:
+        return "ignores_its_input", same
+    outs = []
+    for i, p in enumerate(probes):
+        if errors[i]:
+            outs.append(None)
+            continue
+        view = r.tensor(f"softmax.p{i}.out", "")
+        arr = view.real
+        if view.kind != "tensor" or arr is None:
+            what = view.describe()
+            if view.kind == "tensor" and view.layout != "strided":
+                what = f"a {view.layout} tensor"
+            elif view.kind == "tensor" and view.dtype.startswith("complex"):
+                what = f"a complex tensor ({view.dtype}): the softmax of real numbers is real"
+            elif view.note:
+                what += f" ({view.note})"
+            return ("bad_output", f"on {p.shown} your softmax returned {what}. It should "
+                    "return a real, dense float tensor shaped like x.")
+        if arr.shape != p.x.shape:
+            return ("bad_output", f"on {p.shown} your softmax returned shape "
+                    f"{list(arr.shape)} for an input of shape {list(p.x.shape)}; keep the "
+                    "shape (keepdim=True in max and sum, and return exps / sums).")
+        outs.append(arr)
+    wrong = [i for i, (p, out) in enumerate(zip(probes, outs))
+             if out is None or not _close(out, p.expected)]
+    # Right values that left autograd (a built-in under no_grad, NumPy inside ...): a probe
+    # whose values are wrong is named by those instead.
+    left = [i for i in detached if i not in wrong]
+    if left:
+        return ("softmax_leaves_autograd", f"on {probes[left[0]].shown}, an input that "
+                "requires grad like the lesson's scores, it returned a tensor that does not.")
+    if not wrong:  # (no precision item: float32 rounds logits of 1e4 to 1e-3)
+        # Right values from an operation a softmax written by hand does not need: a
+        # built-in that holds a softmax (wrong values are named by what they are instead).
+        other = _not_allowed(lesson, r)
+        if other:
+            return ("softmax_not_allowed_op", f"your softmax's autograd graph holds "
+                    f"{_listing([_node_label(lesson, n) for n in other[:2]])}. A "
+                    "softmax written by hand needs only: "
+                    f"{'; '.join(lesson.facts['softmax_ops'])}.")
+        if weights.grad_error and weights.real is not None and _close(
+                weights.real, lesson.reference()["attention_weights"]):
+            return ("backward_fails", "the weights your softmax made are right, but their "
+                    f"gradient raised {_short(weights.grad_error, 160)}")
+        return _gradient_verdict(lesson, weights) or _Finding()
+    explained = _explanations(lesson, outs)
+    i = wrong[0]
+    for mid, (every, _) in explained.items():
+        if every:
+            return mid, _probe_seen(probes[i], outs[i], errors[i], lines[i])
+    k = lesson.facts["masked_probe"]
+    if wrong == [k] and outs[k] is not None and _close(outs[k][1:], probes[k].expected[1:]):
+        return "fully_masked_row", _probe_seen(probes[k], outs[k], "", "")
+    last = [j for j, p in enumerate(probes) if p.dim in (-1, p.x.ndim - 1)]
+    if last and not set(last) & set(wrong):  # right along the last axis, and only there
+        j = wrong[0]
+        return "softmax_last_axis_only", _probe_seen(probes[j], outs[j], errors[j], lines[j])
+    failed = [j for j in wrong if errors[j]]
+    for j in failed:
+        mid = _error_entry(lesson, errors[j], lines[j])
+        if mid:
+            return mid, _probe_seen(probes[j], None, errors[j], lines[j])
+    if failed:
+        j = failed[0]
+        return "softmax_raises", _probe_seen(probes[j], None, errors[j], lines[j])
+    # No entry gives its output on every probe: say what it does instead (a partial match
+    # named one mistake for another).
+    tame = [j for j in wrong if _tame(probes[j]) and outs[j] is not None]
+    for mid, (_, where) in explained.items():  # wrong on ordinary numbers as an entry is
+        if tame and set(tame) <= where:
+            return mid, _probe_seen(probes[tame[0]], outs[tame[0]], "", "")
+    behaviour = _softmax_behaviour(probes, outs, wrong)
+    if behaviour:
+        return behaviour
+    found = _Finding()
+    found.message = (f"Your softmax is wrong on {probes[i].label}. Next step: exponentiate "
+                     "x minus its max along dim, then divide by the sums along dim.\n"
+                     f"What we saw: on {probes[i].shown} it returned {_fmt(outs[i])} instead "
+                     f"of {_fmt(probes[i].expected)}; it matches none of the common mistakes.")
+    return found
+
+
+def _same_for_every_input(r, probes):
+    """What we saw, when the softmax gave one and the same output for different probes."""
+    outs = [r.tensor(f"softmax.p{i}.out", "").real for i in range(len(probes))]
+    got = [(i, o) for i, o in enumerate(outs) if o is not None]
+    shapes = {probes[i].x.shape for i, _ in got}
+    if len(got) < 3 or any(o.shape != got[0][1].shape for _, o in got) or (
+            len(shapes) < 2 and any(not np.array_equal(o, got[0][1]) for _, o in got)):
+        return ""  # (one output shape for inputs of several shapes: not computed from x)
+    return (f"on {probes[got[0][0]].shown} and on {probes[got[1][0]].shown} it returned the "
+            f"same {list(got[0][1].shape)} result, {_fmt(got[0][1])}.")
+
+
+def _tame(probe):
+    """An input of ordinary numbers (no -inf, nothing large enough to overflow exp)."""
+    return bool(np.isfinite(probe.x).all() and np.abs(probe.x).max() < 50)
+
+
+def _softmax_behaviour(probes, outs, wrong):
+    """(behaviour entry, what we saw) for a softmax no entry reproduces, or None: what
+    it does to ordinary inputs first, then to large or -inf ones."""
+    def seen(i, what):
+        return f"on {probes[i].label} ({probes[i].shown}) {what}."
+
+    last = [i for i, p in enumerate(probes) if p.dim == -1]
+    if all(i not in wrong for i in last) and outs[wrong[0]] is not None:
+        i = wrong[0]
+        return "ignores_dim", seen(i, f"it returned {_fmt(outs[i])} instead of "
+                                      f"{_fmt(probes[i].expected)}")
+    tame = [i for i in wrong if _tame(probes[i]) and outs[i] is not None]
+    for i in tame:  # wrong on ordinary numbers: the formula itself
+        out, p = outs[i], probes[i]
+        if np.isfinite(out).all() and (out < -1e-6).any():
+            return "softmax_negative", seen(i, f"it returned {_fmt(out)}")
+        sums = out.sum(axis=p.dim)
+        if not np.isfinite(out).all() or not np.allclose(sums, 1.0, atol=1e-4):
+            return "softmax_not_normalised", seen(
+                i, f"the sums along dim={p.dim} are {_fmt(sums)}, not 1")
+        return "softmax_not_exp", seen(i, f"it returned {_fmt(out)} instead of "
+                                          f"{_fmt(p.expected)}")
+    for i in wrong:  # wrong where no -inf is, on an input holding -inf elsewhere
+        p = probes[i]
+        clean = ~np.isneginf(p.x).any(axis=p.dim, keepdims=True)  # slices without -inf
+        if outs[i] is not None and np.isneginf(p.x).any() and clean.any() and not _close(
+                *(np.where(clean, a, 0) for a in (outs[i], p.expected))):
+            return "softmax_masks_too_much", seen(i, f"it returned {_fmt(outs[i])}, "
+                                                     f"instead of {_fmt(p.expected)}")
+    for i in wrong:  # right on ordinary numbers, wrong on large or -inf ones
+        if outs[i] is None:
+            continue
+        p = probes[i]
+        inf = np.isneginf(p.x).any()
+        return ("softmax_mishandles_inf" if inf else "softmax_overflows",
+                seen(i, f"it returned {_fmt(outs[i])} instead of {_fmt(probes[i].expected)}"))
+    return None
+
+
+def _gradient_verdict(lesson, weights):
+    """("softmax_wrong_gradient", seen) when the replay's weights are right but their
+    gradient with respect to the scores is not the softmax's; else None."""
+    got = weights.grads.get("attention_scores")
+    ref = lesson.reference()
+    if got is None or weights.real is None or not _close(weights.real,
+                                                         ref["attention_weights"]):
+        return None
+    if softmax_gradient_is_right(ref["attention_scores"], got, lesson.tolerances):
+        return None
+    return ("softmax_wrong_gradient", "on the lesson's scores the weights are right, but "
+            "their gradient with respect to the scores is not the softmax's.")
+
+
+def softmax_gradient_is_right(scores, got, tolerances) -> bool:
+    """Whether ``got`` [..., S], the gradient of sum(softmax(scores) * G) with respect to
+    ``scores`` [..., S] (G = src.checks.util.output_gradient), is the softmax's, compared per
+    group of tied scores (see :func:`tie_group_sums`): the verdict is the same whether
+    two scores tie to the last bit or differ by one ulp."""
+    scores = np.asarray(scores, np.float64)
+    w = _softmax(scores)
+    g = output_gradient(w.shape).astype(np.float64)
+    want = w * (g - (w * g).sum(-1, keepdims=True))  # the softmax's vector-Jacobian product
+    got = np.asarray(got)
+    tie = tolerances["tie"]
+    return got.shape == want.shape and _close(tie_group_sums(got, scores, tie),
+                                              tie_group_sums(want, scores, tie),
+                                              tolerances["grad"])

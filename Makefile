@@ -13,7 +13,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # pytest workers; the suite is dominated by kernel start-ups, which overlap well.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: help venv lesson test test-cohort lint bench bench-grade data release reference \
+.PHONY: help venv lesson test test-road test-cohort lint bench bench-grade data release reference \
 	grade feedback export clean hub test-hub
 
 help:  ## list the targets
@@ -38,6 +38,9 @@ test: $(STAMP)  ## lint, then run every test and both notebooks (offline)
 	$(PY) -m ruff check .
 	$(PY) -m src.release --check
 	$(PY) -m pytest -n $(JOBS) --dist loadfile
+
+test-road: $(STAMP)  ## every attempt of the corpora: the live check in a real kernel = grading
+	$(PY) -m pytest -p no:xdist tests/road -m road
 
 test-cohort: $(STAMP)  ## grade a class-sized hostile cohort for real (a few minutes)
 	$(PY) -m pytest -p no:xdist tests/cohort -m cohort

@@ -24,6 +24,8 @@ import os
 import sys
 from pathlib import Path
 
+from src.checks.util import _listing
+
 #: What this kernel ran: {"cells": {cell id: source last run there}, "order": [(cell id,
 #: source) of every run, the latest last, at most 200], "ids": whether the front end
 #: sends cell ids}.
@@ -170,10 +172,21 @@ def moved_away(lesson, step) -> str:
             continue
         first = next((ln.strip() for ln in source.splitlines() if ln.strip()), "")[:60]
         made = sorted(names & set(_assigned(source))) or sorted(names)
-        return (f"Code run in another cell (`{first}`) made {', '.join(made)} after your "
+        return (f"Code run in another cell (`{first}`) made {_listing(made)} after your "
                 f"Cell {step.number} last ran: only Cell {step.number}'s own code counts. "
                 f"Move that code into Cell {step.number} and run it there.")
     return ""
+
+
+def edited(step, ran: dict, saved: dict) -> str:
+    """A note when the saved notebook's step cell holds other code than the code last run
+    in it (grading judges the saved code), or ""."""
+    now = saved.get(step.cell)
+    if not isinstance(now, str) or step.cell not in ran or now.strip() == ran[step.cell].strip():
+        return ""
+    return (f"Your saved notebook's Cell {step.number} holds other code than the code that "
+            f"last ran in it, which is what this check judged: grading judges the saved "
+            f"code. Run Cell {step.number} again (and save) so that both are the same.")
 
 
 def _assigned(source):
@@ -194,6 +207,7 @@ def live_verdict(lesson, step, shell):
     from src import replay, road
 
     found, cells, setup_src, how = sources(lesson, shell)
+    saved = dict(cells)
     if not how:
         return None
     if setup_src is None:
@@ -223,8 +237,9 @@ def live_verdict(lesson, step, shell):
         verdict = road.verdicts(
             lesson, chain, lambda steps: replay.replay_in_process(
                 lesson, steps, setup, only=[step.cell]), cells=cells, only=[step.cell])
-        note = moved_away(lesson, step) if how == "cell ids" else ""
-        if note:
+        notes = [moved_away(lesson, step), edited(step, found, saved)] if how == "cell ids" \
+            else []
+        for note in reversed([n for n in notes if n]):
             verdict.summaries[step.test].results[0].notes.insert(0, note)
         _CACHE["last"] = (key, verdict)
     return _CACHE["last"][1]

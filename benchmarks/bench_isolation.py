@@ -24,14 +24,14 @@ from pathlib import Path
 
 import nbformat
 
-from src import course
+from src import course, lessons
 from tests.cohort.build import submission_notebook, write_submissions
 
 #: Put before each step cell's code: right in the kernel, a busy loop in the replay
 #: (which runs the cell in a namespace without IPython's get_ipython).
 LOOP_WHEN_REPLAYED = ("try:\n    get_ipython()\nexcept NameError:\n    while True:\n"
                       "        pass\n")
-STEP_CELLS = ("cell4_projections", "cell5_scores", "cell6_softmax", "cell7_values")
+STEP_CELLS = tuple(lessons.lesson().by_cell)  # (from the lesson's spec)
 
 
 def looper_notebook() -> str:

@@ -4,13 +4,16 @@
    notebook that only does the lesson's imports (taken from its set-up
    cell), each in a fresh kernel of the same kind, interleaved by rounds.
    Target: 1.2x or less.
-2. Each verify check (right answers, and wrong ones that walk the whole
-   catalogue), and the observe/judge halves: median per call. Target: 20 ms
-   or less per check (check_all runs all five).
+2. Each verify check on tensors as given (right answers, and wrong ones that
+   walk the whole catalogue), and the observe/judge halves: median per call.
+   Target: 20 ms or less per check (check_all runs all five).
 3. The live checks as a student meets them: in a real kernel that ran the
-   reference, each test cell's check called from a new cell, so that it replays
-   the step cell found in the kernel's history (src/replay.py), as the test
+   reference, each check cell's calls made again from a new cell, the live
+   check's last verdict forgotten each time, so that it replays the code last
+   run in the step cell (src/live.py, on the road of src/road.py), as the check
    cells do. Median per call; the same 20 ms target.
+
+Cell ids, names and calls come from the lesson's spec (src/lessons/).
 """
 
 from __future__ import annotations
@@ -46,7 +49,10 @@ def imports_only(nb):
 
     import nbformat
 
-    setup = next(c for c in nb.cells if c.get("id") == "cell2_setup")
+    from src import lessons
+
+    first = lessons.lesson().setup_cells[0]
+    setup = next(c for c in nb.cells if c.get("id") == first)
     tree = ast.parse(setup.source)
     lines = [ast.get_source_segment(setup.source, node) for node in tree.body
              if isinstance(node, (ast.Import, ast.ImportFrom))]
@@ -76,33 +82,32 @@ def bench_checks(repeats=100):
     from tests.notebook_utils import cells_by_id, run_steps
 
     ns = run_steps(cells_by_id(SRC))
-    q, k, v = ns["query"], ns["key"], ns["value"]
-    s, w, o = ns["attention_scores"], ns["attention_weights"], ns["attended_values"]
-    noise = torch.randn(s.shape, generator=torch.Generator().manual_seed(0))
-    unnamed = s + noise  # matches no entry: the check walks the whole catalogue
-    odd_softmax = lambda x, dim=-1: torch.exp(x).clamp(max=3)  # noqa: E731  (unnamed)
+    spec = verify.LESSON
+    calls = {}
+    def given(v):  # a copy: not the notebook's own object, so judged as given, no replay
+        return v.clone() if torch.is_tensor(v) else (lambda x, dim=-1: v(x, dim))
+
+    for check in spec.checks.values():  # each check on the tensors as given, right ...
+        fn = getattr(verify, f"check_{check.name}")
+        positional, extras = check.arguments
+        args = [given(ns[n]) for n in positional]
+        kwargs = {n: given(ns[n]) for n in extras}
+        calls[f"check_{check.name}"] = lambda fn=fn, a=args, k=kwargs: fn(*a, **k)
+        out = check.outputs[-1]
+        if check.kind == "function":  # ... and wrong in a way no entry names
+            odd = lambda x, dim=-1: torch.exp(x).clamp(max=3)  # noqa: E731
+            wrong = [odd if n == out else ns[n] for n in positional]
+        else:
+            noise = torch.randn(ns[out].shape, generator=torch.Generator().manual_seed(0))
+            wrong = [ns[n] + noise if n == out else ns[n] for n in positional]
+        calls[f"check_{check.name} (unnamed)"] = (
+            lambda fn=fn, a=wrong, k=kwargs: fn(*a, **k))
     data = {gid: verify.observe(gid, ns) for gid in verify.GRADE_CELLS}
-    calls = {
-        "check_projections": lambda: verify.check_projections(q, k, v),
-        "check_attention_scores": lambda: verify.check_attention_scores(q, k, s),
-        "check_attention_scores (x8)": lambda: verify.check_attention_scores(q, k, s * 8),
-        "check_attention_scores (unnamed)": lambda: verify.check_attention_scores(q, k, unnamed),
-        "check_softmax": lambda: verify.check_softmax(ns["softmax"]),
-        "check_softmax (unnamed)": lambda: verify.check_softmax(odd_softmax),
-        "check_attention_weights": lambda: verify.check_attention_weights(s, w),
-        "check_attention_weights (unnamed)": lambda: verify.check_attention_weights(s, s + 1),
-        "check_attended_values": lambda: verify.check_attended_values(
-            w, v, o, attention_scores=s, query=q, key=k),
-        "check_attended_values (unnamed)": lambda: verify.check_attended_values(
-            w, v, o + noise[..., :1], attention_scores=s, query=q, key=k),
-        "observe (cell 6)": lambda: verify.observe("cell6_softmax_test", ns),
-        "observe (cell 7)": lambda: verify.observe("cell7_values_test", ns),
-        "judge (cell 6, strict)": lambda: verify.judge("cell6_softmax_test",
-                                                       data["cell6_softmax_test"], strict=True),
-        "judge (cell 7, strict)": lambda: verify.judge("cell7_values_test",
-                                                       data["cell7_values_test"], strict=True),
-        "check_all": lambda: verify.check_all(ns),
-    }
+    for step in spec.steps[-2:]:
+        calls[f"observe (cell {step.number})"] = lambda g=step.test: verify.observe(g, ns)
+        calls[f"judge (cell {step.number}, strict)"] = (
+            lambda g=step.test: verify.judge(g, data[g], strict=True))
+    calls["check_all"] = lambda: verify.check_all(ns)
     out = {}
     for name, fn in calls.items():
         fn()
@@ -115,31 +120,31 @@ def bench_checks(repeats=100):
     return out
 
 
-#: The check of each test cell, called as the test cell calls it.
-LIVE_CALLS = {
-    "cell4_projections_test": "check_projections(query, key, value)",
-    "cell5_scores_test": "check_attention_scores(query, key, attention_scores)",
-    "cell6_softmax_test": "check_softmax(softmax), "
-                          "check_attention_weights(attention_scores, attention_weights)",
-    "cell7_values_test": "check_attended_values(attention_weights, value, attended_values)",
-}
+def live_calls() -> dict:
+    """{check cell id: its calls, as the check cell makes them} (the spec's ``call``)."""
+    from src import lessons
+
+    return {s.test: s.call for s in lessons.lesson().steps}
 
 
 def bench_live(repeats=15) -> dict:
-    """Median seconds of each test cell's checks in a real kernel (the live replay)."""
+    """Median seconds of each check cell's checks in a real kernel (the live check)."""
     import json
 
     import nbformat
     from nbformat.v4 import new_code_cell
 
     nb = nbformat.read(SOURCE, as_version=4)
-    last = max(i for i, c in enumerate(nb.cells) if c.get("id") == "cell7_values_test")
+    calls = live_calls()
+    last = max(i for i, c in enumerate(nb.cells) if c.get("id") in calls)
     cells = [c for c in nb.cells[:last + 1] if c.cell_type == "code"]
     cells.append(new_code_cell("import time as _time, json as _json\n"
-                               "from verify import *\n_times = {}"))
-    for _ in range(repeats):  # each call from a new cell: a new history entry, no cache
-        for gid, call in LIVE_CALLS.items():
+                               "from verify import *\nfrom src import live as _live\n"
+                               "_times = {}"))
+    for _ in range(repeats):  # each call with the last verdict forgotten: no cache
+        for gid, call in calls.items():
             cells.append(new_code_cell(
+                f"_live._CACHE.pop('last', None)\n"
                 f"_t0 = _time.perf_counter(); _r = ({call},)\n"
                 f"assert all(_r), _r\n"
                 f"_times.setdefault({gid!r}, []).append(_time.perf_counter() - _t0)"))
@@ -179,10 +184,11 @@ def main(argv=None):
 
 
 def _print_live():
-    print("\nlive checks in a kernel (the step cell replayed from its history), median per "
-          "test cell:")
+    print("\nlive checks in a kernel (the code last run in the step cell, replayed on the "
+          "road), median per check cell:")
+    calls = live_calls()
     for gid, sec in bench_live().items():
-        checks = LIVE_CALLS[gid].count("check_")  # Cell 6's two checks share one replay
+        checks = calls[gid].count("check_")  # Cell 6's two checks share one replay
         met = "met" if sec <= 0.020 * checks else "MISSED"
         print(f"  {gid:<24} {sec * 1e3:7.1f} ms for {checks} check(s)   "
               f"(target <= 20 ms per check: {met})")

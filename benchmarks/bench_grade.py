@@ -32,6 +32,7 @@ import nbformat
 
 from benchmarks.bench_lesson import imports_only, run_notebook
 from src import course
+from src.layout import ASSIGNMENT, SOURCE_NOTEBOOK
 from src.release import CODE_STUB
 from tests.cohort.build import mistake_cases, submission_notebook, write_submissions
 
@@ -81,7 +82,7 @@ def main(argv=None):
         env = dict(os.environ, ATTENTION_COURSE_DIR=str(seq_dir),
                    PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
         t0 = time.perf_counter()
-        res = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", "attention",
+        res = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT,
                               "--force"], cwd=plain_cfg, env=env, capture_output=True,
                              text=True)
         sequential = time.perf_counter() - t0
@@ -92,9 +93,9 @@ def main(argv=None):
         plain_scores = course.per_cell_scores(seq_dir / "gradebook.db")
         differ = sorted(s for s in ours_scores if ours_scores[s] != plain_scores.get(s))
         same = not differ and ours_scores == unsafe_scores
-        nb = nbformat.read(ROOT / "complete_lesson.ipynb", as_version=4)
+        nb = nbformat.read(SOURCE_NOTEBOOK, as_version=4)
         floor = min(run_notebook(imports_only(nb)) for _ in range(3))
-        lesson = min(run_notebook(nbformat.read(ROOT / "complete_lesson.ipynb", as_version=4))
+        lesson = min(run_notebook(nbformat.read(SOURCE_NOTEBOOK, as_version=4))
                      for _ in range(2))
 
     n = args.submissions

@@ -23,8 +23,10 @@ import statistics
 import time
 from pathlib import Path
 
+from src.layout import SOURCE_NOTEBOOK
+
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "complete_lesson.ipynb"
+SOURCE = SOURCE_NOTEBOOK
 
 
 def run_notebook(nb) -> float:
@@ -169,7 +171,7 @@ def main(argv=None):
 
     t, imports = bench_notebook(args.rounds)
     ratio = t["lesson"] / t["imports"]
-    print(f"complete_lesson.ipynb headless, fresh kernel, median of {args.rounds} rounds:")
+    print(f"{SOURCE.name} headless, fresh kernel, median of {args.rounds} rounds:")
     print(f"  whole lesson     {t['lesson']:6.2f} s")
     print(f"  imports only     {t['imports']:6.2f} s   ({len(imports.splitlines())} lines of "
           "the set-up cell's imports)")

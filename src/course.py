@@ -38,6 +38,7 @@ from src.layout import (  # noqa: F401 (course_dir, reference_seconds: read thro
     REFERENCE_RUN,
     ROOT,
     SHIPPED,
+    SOURCE_NOTEBOOK,
     course_dir,
     reference_seconds,
 )
@@ -97,7 +98,7 @@ def build_source() -> Path:
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    shutil.copyfile(ROOT / "complete_lesson.ipynb", dest / f"{NOTEBOOK}.ipynb")
+    shutil.copyfile(SOURCE_NOTEBOOK, dest / f"{NOTEBOOK}.ipynb")
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in SHIPPED:
         src = ROOT / name
@@ -631,7 +632,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="The nbgrader course of the lesson.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("release", help="build course/source and generate the student release")
-    g = sub.add_parser("grade", help="autograde course/submitted/*/attention in parallel")
+    g = sub.add_parser("grade", help=f"autograde course/submitted/*/{ASSIGNMENT} in parallel")
     g.add_argument("--jobs", type=int, default=0, help="workers (default: cores)")
     g.add_argument("--timeout", type=int, default=None,
                    help="seconds per cell (default: nbgrader_config.py, 30)")

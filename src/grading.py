@@ -503,15 +503,15 @@ _SLOT = [0]
 
 def setup_sources(assignment: str = "") -> list[str]:
     """The release's set-up cells (the lesson spec's ``setup_cells``), from the
-    instructor's source notebook (course/source/<assignment>/<notebook>.ipynb, else
-    complete_lesson.ipynb): never from a submission."""
+    instructor's source notebook (course/source/<assignment>/<notebook>.ipynb, else the
+    lesson's reference in the repository): never from a submission."""
     import nbformat
 
     from src import road
 
     lesson = _lesson(assignment=assignment)
     for path in (course_dir() / "source" / assignment / f"{lesson.notebook}.ipynb",
-                 ROOT / "complete_lesson.ipynb"):
+                 ROOT / f"{lesson.source}.ipynb"):
         if assignment == "" and "source" in path.parts:
             continue
         if path.is_file():

@@ -11,9 +11,14 @@ import json
 import os
 from pathlib import Path
 
+from src import lessons
+
 ROOT = Path(__file__).resolve().parent.parent
-ASSIGNMENT = "attention"
-NOTEBOOK = "lesson"
+#: The nbgrader assignment is the lesson (its spec's name), its notebook the lesson's, and
+#: the instructor's source notebook the lesson's reference.
+ASSIGNMENT = lessons.lesson().name
+NOTEBOOK = lessons.lesson().notebook
+SOURCE_NOTEBOOK = ROOT / f"{lessons.lesson().source}.ipynb"
 #: What the assignment ships beside the notebook. Autograding always copies the
 #: source versions over whatever a student submitted with the same names.
 SHIPPED = ("verify.py", "src", "data")

@@ -131,7 +131,9 @@ class Lesson:
     """Everything the engine knows about one lesson (see the module's docstring)."""
 
     name: str
+    #: The student's notebook (without .ipynb), and the reference it is made from.
     notebook: str
+    source: str
     setup_cells: tuple
     setup_names: tuple
     steps: tuple

@@ -303,6 +303,7 @@ STEPS = (
 LESSON = Lesson(
     name="attention",
     notebook="lesson",
+    source="complete_lesson",
     setup_cells=("cell2_setup", "cell3_data"),
     #: The names the set-up cells bind (a test compares them with the notebook).
     setup_names=(

@@ -180,7 +180,10 @@ def moved_away(lesson, step) -> str:
 
 def edited(step, ran: dict, saved: dict) -> str:
     """A note when the saved notebook's step cell holds other code than the code last run
-    in it (grading judges the saved code), or ""."""
+    in it (grading judges the saved code), or "". Only when the server named the notebook
+    this kernel runs (JPY_SESSION_NAME): another file in the folder is not the student's."""
+    if not os.environ.get("JPY_SESSION_NAME", "").endswith(".ipynb"):
+        return ""
     now = saved.get(step.cell)
     if not isinstance(now, str) or step.cell not in ran or now.strip() == ran[step.cell].strip():
         return ""

@@ -54,6 +54,15 @@ class Mistake:
     cost: float = 1.0
     strict_only: bool = False
     in_weights: bool = True  # function mistakes: also looked for in the check using it
+    #: {check name, or "any": the text of ``{example}`` in ``next_step``}: an entry met in
+    #: several checks shows each an example from its own cell.
+    examples: dict = field(default_factory=dict)
+
+    def next_step_for(self, check: str = "any") -> str:
+        """``next_step`` with the example of ``check`` (else the "any" one)."""
+        if not self.examples:
+            return self.next_step
+        return self.next_step.format(example=self.examples.get(check, self.examples["any"]))
 
 
 @dataclass(frozen=True)

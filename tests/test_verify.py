@@ -154,7 +154,8 @@ def test_every_catalogue_entry_is_named_by_its_own_diagnosis(reference, mistake,
     assert strict.mistake == mistake, str(strict)
     assert strict.score == pytest.approx(strict.max_score * max(0.0, 1 - m.cost))
     first, _, evidence = strict.message.partition("\n")
-    assert first == f"Mistake: {m.title}. Next step: {m.next_step}."  # the mistake, what next
+    # the mistake, and what next (with this check's own example)
+    assert first == f"Mistake: {m.title}. Next step: {m.next_step_for(step)}."
     assert len(first) <= verify.FIRST_LINE_CHARS and len(evidence) <= verify.EVIDENCE_CHARS
     assert evidence.startswith("What we saw:") and "\nWhy:" in evidence
     if m.strict_only:  # shown beforehand, deducted only in the graded run
@@ -162,6 +163,31 @@ def test_every_catalogue_entry_is_named_by_its_own_diagnosis(reference, mistake,
         assert any(m.title in n and "graded run" in n for n in visible.notes)
     else:
         assert visible.to_dict() == strict.to_dict()
+
+
+def test_examples_in_a_message_come_from_its_own_cell():
+    """Every entry, shown for every check it can be met in, writes code with only that
+    check's own names (its tensors, the set-up's, the function it uses or the check
+    using its function): a Cell 4 message never shows a Cell 6 example. Code: a name
+    next to @ = ( . [ or in backticks (query, key, value are English words too)."""
+    spec = verify.LESSON
+    official = set(spec.official) | {n for c in spec.checks.values() for n in c.all}
+    names = "|".join(sorted(official, key=len, reverse=True))
+    code = re.compile(rf"(?:[@=]\s*|[.(\[`]|def\s+)({names})\b|"
+                      rf"\b({names})(?=[.(\[`]|\s*[@=])")
+    bad = []
+    for m in verify.MISTAKES.values():
+        for name, check in spec.checks.items():
+            if m.step not in ("any", name) and check.uses_function != m.step:
+                continue
+            users = [c for c in spec.checks.values() if c.uses_function == name]
+            own = set(check.all) | set(spec.setup_names) | {check.uses_function} | {
+                n for c in users for n in c.all}
+            text = f"{m.next_step_for(name)} {m.cause}"
+            named = {a or b for a, b in code.findall(text)}
+            if named - own:
+                bad.append((m.id, name, sorted(named - own)))
+    assert bad == []
 
 
 def test_the_catalogue_text_is_complete():

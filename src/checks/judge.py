@@ -421,7 +421,7 @@ def _judge_output(lesson, check, name, view, contexts, strict, inputs, cell):
             f.seen = (f"your Cell {cell.number} assigns `{cell.misspelled[0]}`, so `{name}` "
                       f"{holds}.")
         elif cell.raised:
-            f.mistake = _error_entry(lesson, cell.error, cell.line) or "cell_raised"
+            f.mistake = _error_entry(lesson, cell.error, cell.line, check) or "cell_raised"
             f.seen = f"{cell.said()}, so `{name}` {holds}."
             # An error named as the cell's own mistake (torch.sqrt of an int, .T on 3-D ...)
             # stays its own; a generic or dtype/shape error is put down to a slipped input.
@@ -479,7 +479,7 @@ def _judge_output(lesson, check, name, view, contexts, strict, inputs, cell):
             return f
     f.mistake, f.seen = _match_value(lesson, check, name, arr, contexts, view)
     if f.mistake is None and cell.raised and not cell.error.startswith("AssertionError"):
-        f.mistake = _error_entry(lesson, cell.error, cell.line) or "cell_raised"
+        f.mistake = _error_entry(lesson, cell.error, cell.line, check) or "cell_raised"
         f.seen = f"{cell.said()}; `{name}` holds a value that is not right (maybe from before)."
     if f.mistake is not None:
         return f

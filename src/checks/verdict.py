@@ -154,9 +154,13 @@ class _Cell:
         return f"your Cell {self.number} raised {_short(self.error)}{at}"
 
 
-def _error_entry(lesson, error, line):
-    """The id of the lesson's catalogue entry for a raised error, or None."""
+def _error_entry(lesson, error, line, check=None):
+    """The id of the lesson's catalogue entry for an error raised in ``check``'s cell (a
+    spec's Check; None: any), or None. An entry of one check is never met in another."""
+    mine = {"any"} | ({check.name, check.uses_function} if check is not None else set())
     for m in lesson.error_entries:
+        if check is not None and m.step not in mine:
+            continue
         if re.search(m.error, error or "") and (m.line is None or re.search(m.line, line or "")):
             return m.id
     return None
@@ -218,7 +222,7 @@ def _result(lesson, check, findings, ok_message, notes, cell, seen):
     raised = cell.replayed and cell.raised and check.kind != "function"
     if raised and not failures and not charged:  # (else what made its asserts fail leads)
         failures = [("", _Finding(
-            _error_entry(lesson, cell.error, cell.line) or "cell_raised",
+            _error_entry(lesson, cell.error, cell.line, check) or "cell_raised",
             f"{cell.said()}. The names it had assigned by then are right, but a step earns "
             "its points only when its cell runs to the end."))]
     if failures:
@@ -231,7 +235,8 @@ def _result(lesson, check, findings, ok_message, notes, cell, seen):
                 notes.append(f"Also `{name}`: {mistakes[f.mistake].title} — {f.seen}"
                              if f.mistake else f"Also: {f.message}")
         mistake = main.mistake
-        message = _mistake_text(mistakes[mistake], main.seen) if mistake else main.message
+        message = (_mistake_text(mistakes[mistake], main.seen, check.name) if mistake
+                   else main.message)
         cost = _cost(mistake) if mistake else 1.0
         for mid, what in charged.items():
             if mid != mistake:
@@ -241,7 +246,7 @@ def _result(lesson, check, findings, ok_message, notes, cell, seen):
         mentioned = main.seen
     elif charged:
         mistake, shortfalls = next(iter(charged)), list(charged)
-        message = "\n\n".join(_mistake_text(mistakes[mid], what)
+        message = "\n\n".join(_mistake_text(mistakes[mid], what, check.name)
                                 for mid, what in charged.items())
         cost, mentioned = sum(_cost(mid) for mid in charged), message
     else:
@@ -250,7 +255,7 @@ def _result(lesson, check, findings, ok_message, notes, cell, seen):
     for mid, what in pending.items():
         m = mistakes[mid]
         notes.append(f"The graded run also checks this and takes {_points(points * m.cost)} "
-                     f"off: {m.title} — {what} Next step: {m.next_step}.")
+                     f"off: {m.title} — {what} Next step: {m.next_step_for(check.name)}.")
     if cell.raised and cell.error not in mentioned:
         notes.append(f"Also, {cell.said()}.")
     if raised or whole:

@@ -344,7 +344,8 @@ def _softmax_verdict(lesson, r, strict, cell):
     kind = r.tensor("softmax", "").kind
     if kind in ("missing", "none"):
         if cell.raised:
-            return (_error_entry(lesson, cell.error, cell.line) or "cell_raised",
+            return (_error_entry(lesson, cell.error, cell.line, _check(lesson)) or
+                    "cell_raised",
                     f"{cell.said()}, so `softmax` is not defined yet.")
         return ("not_computed", "`softmax` is not defined yet: run your Cell 6 code (the "
                 "def softmax(...) block) first.")
@@ -441,7 +442,7 @@ def _softmax_verdict(lesson, r, strict, cell):
         return "softmax_last_axis_only", _probe_seen(probes[j], outs[j], errors[j], lines[j])
     failed = [j for j in wrong if errors[j]]
     for j in failed:
-        mid = _error_entry(lesson, errors[j], lines[j])
+        mid = _error_entry(lesson, errors[j], lines[j], _check(lesson))
         if mid:
             return mid, _probe_seen(probes[j], None, errors[j], lines[j])
     if failed:
@@ -518,6 +519,10 @@ def _softmax_behaviour(probes, outs, wrong):
         return ("softmax_mishandles_inf" if inf else "softmax_overflows",
                 seen(i, f"it returned {_fmt(outs[i])} instead of {_fmt(probes[i].expected)}"))
     return None
+
+
+def _check(lesson):
+    return lesson.checks["softmax"]
 
 
 def _gradient_verdict(lesson, weights):

@@ -449,7 +449,10 @@ _m("runs_course_code", "any", "the cell runs the course's own code for its resul
 _m("lost_batch_dimension", "any", "the batch dimension was lost",
    "the values are right but the leading batch axis of size 1 is gone "
    "(a .squeeze(), [0] or 2-D operation)",
-   "keep the shape [1, ...]: use batched ops such as key.transpose(-2, -1), not .T or [0]",
+   "keep the shape [1, ...]: {example}",
+   examples={"attention_scores": "use key.transpose(-2, -1), not .T or [0]",
+             "any": "use batched operations (@, .transpose(-2, -1), dim=-1), not .T, [0] "
+                    "or .squeeze()"},
    kind="lost_batch", cost=HALF)
 _m("wrong_dtype", "any", "the dtype was changed in this cell",
    "the values are right but this cell changed the dtype of its inputs (for example "
@@ -468,7 +471,13 @@ _m("imprecise", "any", "close, but not to float32 precision",
    strict_only=True)
 _m("nan_or_inf", "any", "NaN or inf in the result",
    "an overflow (exp of a large number) or a division by zero",
-   "look for torch.exp without max-subtraction or a division by a sum that can be 0",
+   "{example}",
+   examples={"softmax": "look for torch.exp without max-subtraction or a division by a sum "
+                        "that can be 0",
+             "attention_weights": "look for torch.exp without max-subtraction or a division "
+                                  "by a sum that can be 0",
+             "any": "look for a division by zero (or by a number that is 0 here) and for an "
+                    "exp of a large number"},
    kind="nan")
 _m("constant_output", "any", "every entry is the same number",
    "the tensor is constant (for example all zeros or torch.ones): it does not depend on "
@@ -478,7 +487,10 @@ _m("constant_output", "any", "every entry is the same number",
 _m("function_not_called", "any", "the name holds a function, not its result",
    "a function was assigned without calling it (no parentheses), so the name holds the "
    "function itself",
-   "call it with its inputs, as in attention_weights = softmax(attention_scores)",
+   "call it with its inputs: {example}",
+   examples={"projections": "q_proj(x), not q_proj",
+             "attention_weights": "softmax(attention_scores, dim=-1), not softmax",
+             "any": "add the parentheses and the inputs after the function's name"},
    kind="function")
 _m("bad_type", "any", "not a tensor of real numbers",
    "the result is not a dense torch tensor of real floating-point numbers (a list, a "
@@ -517,7 +529,9 @@ _m("transposed_layer_input", "projections", "the layer's input was transposed",
 _m("dot_T_on_3d", "any", ".T on a 3-D tensor",
    "`.T` reverses every axis, so a [1, 6, 64] tensor becomes [64, 6, 1] and the product "
    "fails or mixes tokens with features",
-   "swap only the last two axes: key.transpose(-2, -1) (or key.mT)",
+   "swap only the last two axes: {example}",
+   examples={"attention_scores": "key.transpose(-2, -1) (or key.mT)",
+             "any": "t.transpose(-2, -1) (or t.mT) for a tensor t"},
    error=r".", line=r"\.T\b",
    example=("RuntimeError: mat1 and mat2 shapes cannot be multiplied (384x1 and 64x64)",
             "query = q_proj(x.T)"))
@@ -549,10 +563,15 @@ _m("max_returns_tuple", "any", "torch.max(dim=...) returns values and indices",
    error=r"return_types\.max|return_types",
    example=("TypeError: unsupported operand type(s) for -: 'Tensor' and "
             "'torch.return_types.max'", "exps = torch.exp(x - x_max)"))
-_m("dim_not_accepted", "any", "the softmax does not take dim",
-   "softmax(x, dim=...) raised: the function has no dim parameter (or names it "
+_m("dim_not_accepted", "any", "the function does not take dim",
+   "a function was called with dim=... but has no dim parameter (or names it "
    "differently)",
-   "define it as def softmax(x, dim=-1): and use dim in its reductions",
+   "{example}",
+   examples={"softmax": "define it as def softmax(x, dim=-1): and use dim in its reductions",
+             "attention_weights": "define it as def softmax(x, dim=-1): and use dim in its "
+                                  "reductions",
+             "any": "give dim=... only to a function that has a dim parameter, or add one "
+                    "to the function you wrote"},
    error=r"unexpected keyword argument 'dim'|takes 1 positional argument",
    example=("TypeError: softmax() got an unexpected keyword argument 'dim'",
             "attention_weights = softmax(attention_scores, dim=-1)"))
@@ -587,8 +606,10 @@ _m("upstream_slip", "any", "a slip in an earlier cell stopped this one",
 _m("returned_none", "any", "a function returned None",
    "every input of this cell is there, yet an operation got None: a function you call "
    "returns None (a def without `return`), or a name was set to None",
-   "end your function with `return` and the result (for example return exps / sums), "
-   "then run this cell again", kind="returned_none")
+   "end your function with `return` and the result{example}, then run this cell again",
+   examples={"softmax": " (for example return exps / sums)",
+             "attention_weights": " (for example return exps / sums)", "any": ""},
+   kind="returned_none")
 _m("detached_output", "any", "the result does not come from this cell's inputs",
    "the values are right, but autograd shows the tensor does not depend on an input the "
    "task names (.detach(), torch.no_grad(), .data, NumPy, rebuilt from numbers, or "
@@ -599,7 +620,10 @@ _m("backward_fails", "any", "autograd cannot go back through the result",
    "computing its gradient raised an error: an in-place operation (exp_(), /=, "
    "masked_fill_) overwrote a tensor autograd had saved for the backward pass, so a model "
    "could not learn through it",
-   "use operations that make new tensors: e = torch.exp(x - x_max), then e / e.sum(...)",
+   "use operations that make new tensors: {example}",
+   examples={"softmax": "e = torch.exp(x - x_max), then e / e.sum(...)",
+             "attention_weights": "e = torch.exp(x - x_max), then e / e.sum(...)",
+             "any": "y = x / n, not x /= n"},
    kind="backward", cost=HALF, strict_only=True)
 _m("right_only_here", "any", "right on the lesson's numbers only",
    "the step is run a second time on other inputs of the same shapes, and there the code "

@@ -423,8 +423,8 @@ def _shown_score(cell) -> float | None:
 
 
 # -------------------------------------------------------------- trusted side
-JUDGE_SECONDS = 60
-JUDGE_MEMORY = 4 * 2**30
+JUDGE_SECONDS = sb.LIMITS.judge_seconds
+JUDGE_MEMORY = int(sb.LIMITS.judge_memory_gb * 2**30)
 
 
 def judge_isolated(grade_id, data, own=None, *, strict=True, seconds=JUDGE_SECONDS,

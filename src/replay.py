@@ -60,16 +60,14 @@ from pathlib import Path
 import numpy as np
 
 from src.checks.util import output_gradient
+from src.sandbox import LIMITS as _LIMITS
 
 ROOT = Path(__file__).resolve().parent.parent
-#: Limits of one replay: seconds per cell run, per student, bytes of a run's data. A right
-#: step cell's run takes 2-20 ms here (74 ms at most over the blind sets' right cells, on
-#: a loaded machine), a whole submission's well under a second: these caps are 10 times
-#: that and more, and they are what a submission that loops when replayed costs its
-#: worker (benchmarks/bench_isolation.py: the rest of its class at most 1.2x slower).
-RUN_SECONDS = 1.0
-STUDENT_SECONDS = 3.0
-DATA_BYTES = 4 * 2**20
+#: Limits of one replay (the one limits object: src/sandbox.py, Limits): seconds per cell
+#: run, per student, bytes of a run's data.
+RUN_SECONDS = _LIMITS.replay_run_seconds
+STUDENT_SECONDS = _LIMITS.replay_student_seconds
+DATA_BYTES = _LIMITS.replay_data_mb * 2**20
 
 
 _PINNED: list = [None]

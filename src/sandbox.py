@@ -58,6 +58,16 @@ class Limits:
     max_cells: int = 400  # most cells a graded notebook may have
     worker_memory_gb: float = 4.0  # address space of each grading process (not its kernel)
     feedback_seconds: int = 60  # deadline of one student's feedback
+    # The replay (src/replay.py): a right step cell's run takes 2-20 ms here (74 ms at most
+    # over the blind sets' right cells, on a loaded machine), a whole submission's well
+    # under a second: these caps are 10 times that and more, and they are what a
+    # submission that loops when replayed costs its worker (benchmarks/bench_isolation.py).
+    replay_run_seconds: float = 1.0  # one cell run (wall; CPU too)
+    replay_student_seconds: float = 3.0  # all of one submission's runs
+    replay_data_mb: int = 4  # the data one run sends back
+    # The judge, in a child of the grading process (src/grading.py, judge_isolated).
+    judge_seconds: int = 60
+    judge_memory_gb: float = 4.0
 
     def budget(self, reference_seconds: float | None) -> int:
         """The whole-notebook budget: ``budget_factor`` times the reference run, between

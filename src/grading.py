@@ -31,6 +31,7 @@ Shape legend: not applicable (no tensors here).
 
 from __future__ import annotations
 
+import atexit
 import fnmatch
 import json
 import os
@@ -570,6 +571,8 @@ def replay_server(assignment: str = "", unsafe: bool | None = None, fresh: bool 
         server = ReplayServer(_lesson(assignment=assignment), setup_sources(assignment),
                               shipped_files(assignment), sandboxed=not unsafe, wait=wait)
         server.owner, server.ready = os.getpid(), wait
+        if not _REPLAY:  # (its folder would outlive a process that never closed it)
+            atexit.register(close_replay_servers)
         _REPLAY[key] = server
     return server
 

@@ -106,7 +106,8 @@ _m("new_layers", "projections", "new nn.Linear layers instead of the given ones"
    "the tensor was made by an nn.Linear layer of your own (its autograd graph holds "
    "parameters that are not q_proj's, k_proj's or v_proj's): a new layer starts from "
    "random weights",
-   "use the layers from Cell 3: query = q_proj(x), key = k_proj(x), value = v_proj(x)",
+   "call the three layers Cell 3 made (q_proj, k_proj, v_proj) on x, one for each tensor, "
+   "instead of layers of your own",
    kind="new_layers", shows="the output of a layer with other weights")
 _m("swapped_projection", "projections", "a projection layer used for the wrong tensor",
    "one of query/key/value was computed with another tensor's layer "
@@ -193,7 +194,7 @@ _m("causal_mask", "attention_scores", "a mask in the scores",
    "the scores of later tokens were set to -inf (or a huge negative number), as a "
    "decoder's causal mask does with masked_fill and torch.triu; the attention of this "
    "lesson lets every token attend to all six, with no mask",
-   "remove the mask: attention_scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)",
+   "remove the mask: in this lesson every token attends to all six, so no score is set to -inf",
    reproduce=_causal, shows="Q Kᵀ/√d_k with the entries above the diagonal masked")
 _m("no_scaling", "attention_scores", "the scores are not scaled by 1/√d_k",
    "the scores equal Q Kᵀ, √d_k = 8 times too large; the softmax will be too peaked",
@@ -397,36 +398,40 @@ _m("softmax_not_applied", "attention_weights", "the softmax was not applied",
 _m("weights_transposed", "attended_values", "the weights are transposed in the aggregation",
    "the output equals attention_weightsᵀ @ value: each output row mixes values with "
    "a column of weights instead of its own row",
-   "compute attention_weights @ value without transposing",
+   "use the weights as they are, without transposing them: row i of the weights mixes the values "
+   "for output i",
    reproduce=lambda inp: _swap(inp["attention_weights"]) @ inp["value"],
    shows="attention_weightsᵀ @ value")
 _m("scores_instead_of_weights", "attended_values",
    "the scores were used instead of the weights",
    "the output equals attention_scores @ value: the softmax output was skipped",
-   "use attention_weights @ value",
+   "use attention_weights, the softmax output of Cell 6, as the left operand of the product",
    reproduce=lambda inp: inp["attention_scores"] @ inp["value"],
    shows="attention_scores @ value")
 _m("query_instead_of_value", "attended_values", "the query was used instead of the value",
-   "the output equals attention_weights @ query", "use attention_weights @ value",
+   "the output equals attention_weights @ query", "use attention_weights, the softmax output of "
+   "Cell 6, as the left operand of the product",
    reproduce=lambda inp: inp["attention_weights"] @ inp["query"],
    shows="attention_weights @ query")
 _m("key_instead_of_value", "attended_values", "the key was used instead of the value",
-   "the output equals attention_weights @ key", "use attention_weights @ value",
+   "the output equals attention_weights @ key", "use attention_weights, the softmax output of "
+   "Cell 6, as the left operand of the product",
    reproduce=lambda inp: inp["attention_weights"] @ inp["key"],
    shows="attention_weights @ key")
 _m("embeddings_instead_of_value", "attended_values", "the embeddings x used as the values",
    "the output equals attention_weights @ x: the values are v_proj(x), not x",
-   "use value from Cell 4: attention_weights @ value",
+   "mix the value vectors Cell 4 made with v_proj, not the embeddings x",
    reproduce=lambda inp: inp["attention_weights"] @ inp["x"],
    shows="attention_weights @ x")
 _m("values_not_weighted", "attended_values", "the values were not weighted",
    "the output equals value itself: the attention weights were never applied",
-   "multiply: attention_weights @ value", reproduce=lambda inp: inp["value"],
+   "weight the values: a matrix product of the attention weights and the values mixes them",
+   reproduce=lambda inp: inp["value"],
    shows="value itself")
 _m("output_scaled", "attended_values", "the output was scaled by 1/√d_k",
    "the output is 1/8 of attention_weights @ value: the scaling belongs to the scores "
    "(Cell 5) only",
-   "drop the division: attended_values = attention_weights @ value",
+   "drop the division: the output is the weighted sum of the values and nothing more",
    factor=1 / math.sqrt(D_K))
 _m("mean_instead_of_sum", "attended_values", "a mean over the keys instead of a sum",
    "the output is 1/6 of attention_weights @ value: the weighted values were averaged "
@@ -435,7 +440,7 @@ _m("mean_instead_of_sum", "attended_values", "a mean over the keys instead of a 
    factor=1 / 6)
 _m("values_first", "attended_values", "the values on the left of the product",
    "the output has shape [1, 64, 6]: value was transposed and put first (Vᵀ Wᵀ or Vᵀ W)",
-   "put the weights first: attention_weights @ value gives [1, 6, 64]",
+   "put the weights first and keep value as it is: [1, 6, 6] times [1, 6, 64] gives [1, 6, 64]",
    reproduce=lambda inp: [_swap(inp["value"]) @ _swap(inp["attention_weights"]),
                           _swap(inp["value"]) @ inp["attention_weights"]],
    shows="valueᵀ @ attention_weightsᵀ, shape [1, 64, 6]")
@@ -544,7 +549,7 @@ _m("mixed_dtypes", "any", "float64 mixed with float32",
 _m("values_before_weights", "attended_values", "the product is the wrong way round",
    "value @ attention_weights multiplies [1, 6, 64] by [1, 6, 6]: the shapes do not fit, "
    "because the weights come first (each row of weights mixes the rows of value)",
-   "swap the operands: attended_values = attention_weights @ value",
+   "swap the two operands of the product: the weights go first, as the formula writes them",
    error=_MATMUL_ERROR,
    line=r"\bvalue(\.\w+\(\))?\s*@\s*attention_weights\b|"
         r"(matmul|bmm)\(\s*value\s*,\s*attention_weights\b",
@@ -644,7 +649,7 @@ _m("weights_masked", "attention_weights", "some weights were masked to 0",
 _m("weights_temperature", "attention_weights", "the scores were rescaled before the softmax",
    "the weights are the softmax of the scores times a number: a temperature, or a second "
    "scaling (Cell 5 already divided by √d_k)",
-   "apply the softmax to attention_scores as they are: softmax(attention_scores)",
+   "apply your softmax to attention_scores as they are, with no factor inside or outside",
    kind="behaviour")
 _m("extra_term", "any", "a tensor was added to the result",
    "the result is the right one plus another tensor (a residual connection, or a leftover "
@@ -666,7 +671,7 @@ _m("shifted", "any", "a constant was added to the result",
 _m("vectors_normalised", "attention_scores", "the query and key vectors were normalised",
    "each score is the right one divided by a number per query and a number per key: the "
    "vectors were rescaled (to length 1 for a cosine similarity) before the product",
-   "use query and key as Cell 4 made them: query @ key.transpose(-2, -1) / math.sqrt(d_k)",
+   "use query and key as Cell 4 made them, without rescaling either before the product",
    kind="behaviour")
 _m("same_for_every_query", "any", "every query gets the same result",
    "the result does not change along the query axis: it was summed, averaged or "
@@ -680,17 +685,19 @@ _m("wrong_inputs", "any", "the result is computed from the wrong tensors",
 _m("after_the_product", "attended_values", "something was applied besides the product",
    "the result is not a weighted sum of the rows of value: another operation (a layer, a "
    "nonlinearity, a scaling per feature) changed it",
-   "compute attended_values = attention_weights @ value and nothing more",
+   "keep only the product of the weights and the values: remove what you applied to them or to "
+   "the result",
    kind="behaviour")
 _m("values_not_mixed", "attended_values", "each token keeps its own value: nothing is mixed",
    "every output row is that token's own value row times a number: the sum ran over the "
    "queries instead of the keys, or the weights were reduced to one number per token",
-   "mix all value rows with each query's weights: attention_weights @ value sums over the "
-   "keys", kind="behaviour")
+   "mix all value rows with each query's weights: a matrix product of the weights and the "
+   "values sums over the keys", kind="behaviour")
 _m("weights_changed", "attended_values", "the weights were changed before the product",
    "the result mixes the rows of value, but not with attention_weights as Cell 6 made them "
    "(a second softmax, a recomputation, a transpose or a rescaling)",
-   "use attention_weights exactly as they are: attention_weights @ value",
+   "use attention_weights exactly as Cell 6 made them, with no second softmax, transpose or "
+   "rescaling",
    kind="behaviour")
 _m("bias_misused", "projections", "the bias is not added exactly once",
    "the gradient with respect to the layer's bias shows it added with another factor "

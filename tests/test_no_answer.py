@@ -1,0 +1,130 @@
+"""Messages teach without handing out the answer: no code in a message earns its step.
+
+Every catalogue entry, for every check it can be met in, gives a next step and a cause;
+the hints give a first tier before the one that walks through the shapes. Every code
+fragment in them is put into the step cell — alone; with the other assignments of the
+same text; an expression also as the value of each name the step must assign — and
+replayed as grading replays it (src/replay.py, judged strictly). None may earn a check.
+Cell 6 keeps the reference ``def softmax`` (a pasted apply line must not earn the
+weights); a fragment that defines the softmax itself must not earn the function's point.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+
+import pytest
+
+import verify
+from src import replay
+from tests.corpus import REF, release_setup
+from tests.notebook_utils import LESSON
+
+SPEC = verify.LESSON
+_ASSIGN = re.compile(r"[A-Za-z_]\w*\s*=[^=]")
+_SPLIT = re.compile(r":\s|;\s|,\s(?=[A-Za-z_]\w*\s*=)|\s\((?:or|e\.g\.|for example)\s|"
+                    r"\bthen\b|\bor\b|\band\b")
+
+
+def fragments(text: str) -> list[str]:
+    """Python fragments of ``text``: its backticked spans, and of each clause the longest
+    prefix that parses and holds an operation (=, @ or a call)."""
+    spans = re.findall(r"`([^`]+)`", text)
+    out = []
+    for part in spans + _SPLIT.split(re.sub(r"`[^`]+`", " ", text)):
+        part = re.sub(r"^(use|compute|call|write|apply|swap the operands|define it as|keep|"
+                      r"drop|multiply)\s+", "", part.strip().rstrip(".").strip())
+        words = part.split()
+        for k in range(len(words), 0, -1):
+            q = " ".join(words[:k]).rstrip(".,;:")
+            if not re.search(r"[=@(]", q):
+                continue
+            try:
+                ast.parse(q)
+            except SyntaxError:
+                continue
+            out.append(q)
+            break
+    return out
+
+
+def candidates(text: str, outputs) -> set[str]:
+    """Step-cell sources a student could paste from ``text``."""
+    found = fragments(text)
+    out = set(found)
+    assigns = [f for f in found if _ASSIGN.match(f)]
+    if len(assigns) > 1:
+        out.add("\n".join(assigns))
+    for f in found:
+        if not _ASSIGN.match(f):
+            out |= {f"{o} = {f}" for o in outputs}
+    return out
+
+
+def hint_first_tiers() -> dict:
+    """{step cell id: the text of its hint before the last tier (the walk through shapes)}."""
+    out = {}
+    for cell in json.loads(LESSON.read_text(encoding="utf-8"))["cells"]:
+        step = next((s for s in SPEC.steps if cell.get("id") == f"cell{s.number}-hint"), None)
+        if step is not None:
+            text = "".join(cell["source"])
+            out[step.cell] = text.split("<details>", 2)[1] if text.count("<details>") > 1 \
+                else text
+    return out
+
+
+def texts_of(step) -> list[tuple[str, str]]:
+    """[(where, text)] of every message part that can be shown for ``step``'s checks."""
+    out = []
+    for check in step.checks:
+        for m in verify.MISTAKES.values():
+            if m.step in ("any", check.name) or check.uses_function == m.step:
+                out += [(f"{m.id} (next step)", m.next_step_for(check.name)),
+                        (f"{m.id} (cause)", m.cause)]
+    hint = hint_first_tiers().get(step.cell)
+    if hint:
+        out.append(("hint, first tier", hint))
+    return out
+
+
+def earns(step, source: str) -> list[str]:
+    """The checks of ``step`` that ``source``, as its step cell, earns in full."""
+    src = source + "\n"
+    function = next((c for c in step.checks if c.kind == "function"), None)
+    if function is not None and f"def {function.name}" not in src:
+        # keep the reference function: only the pasted lines are the student's
+        src = REF[step.cell].split("\n# attention_scores")[0] + "\n" + src
+    answer = replay.replay_in_process(SPEC, {step.cell: src}, release_setup())
+    summary = verify.judge_replay(step.test, answer[step.cell], strict=True)
+    return [r.step for r in summary.results if r.score == r.max_score
+            and (r.step != getattr(function, "name", None) or f"def {r.step}" in source)]
+
+
+@pytest.mark.parametrize("cell", [s.cell for s in SPEC.steps])
+def test_no_code_in_a_message_or_a_first_hint_earns_its_step(cell):
+    step = SPEC.by_cell[cell]
+    leaks, tried = [], 0
+    with replay.pinned_seed(20261125):
+        for where, text in texts_of(step):
+            for source in sorted(candidates(text, step.names)):
+                tried += 1
+                won = earns(step, source)
+                if won:
+                    leaks.append((where, source, won))
+    assert tried > 0
+    assert leaks == []
+
+
+def test_the_search_finds_a_planted_answer():
+    """A message that held the line would be caught (the test is not vacuous)."""
+    step = SPEC.steps[-1]
+    planted = "swap the operands: attended_values = attention_weights @ value"
+    with replay.pinned_seed(20261125):
+        won = [s for s in candidates(planted, step.names) if earns(step, s)]
+    assert won
+    step4 = SPEC.steps[0]
+    planted = "use the layers: query = q_proj(x), key = k_proj(x), value = v_proj(x)"
+    with replay.pinned_seed(20261125):
+        assert any(earns(step4, s) for s in candidates(planted, step4.names))

@@ -82,8 +82,8 @@ release: $(STAMP)  ## lesson.ipynb from complete_lesson.ipynb (FORCE=1 replaces 
 	$(PY) -m src.release $(if $(FORCE),--force,)
 	$(PY) -m src.course release
 
-grade: $(STAMP)  ## autograde course/submitted/*/attention, each kernel sandboxed (JOBS=N, TIMEOUT=s per cell, UNSAFE=1: no sandbox)
-	$(if $(UNSAFE),ATTENTION_UNSAFE_GRADING=1,) $(PY) -m src.course grade --jobs $(JOBS) $(if $(TIMEOUT),--timeout $(TIMEOUT),)
+grade: $(STAMP)  ## autograde course/submitted/*/attention, each kernel sandboxed (JOBS=N, TIMEOUT=s per cell, BUDGET=s per notebook, UNSAFE=1: no sandbox)
+	$(if $(UNSAFE),ATTENTION_UNSAFE_GRADING=1,) $(PY) -m src.course grade --jobs $(JOBS) $(if $(TIMEOUT),--timeout $(TIMEOUT),) $(if $(BUDGET),--budget $(BUDGET),)
 
 feedback: $(STAMP)  ## HTML feedback per student in course/feedback (hidden tests removed)
 	$(PY) -m src.course feedback

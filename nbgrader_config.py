@@ -1,7 +1,6 @@
 """nbgrader configuration of the course; the Makefile targets use it (see README,
 "For instructors"). Paths are relative to this file, so any working directory works."""
 
-import os
 import sys
 from pathlib import Path
 
@@ -47,8 +46,8 @@ c.CourseDirectory.db_url = f"sqlite:///{course_dir() / 'gradebook.db'}?timeout=3
 
 # Seconds each cell may run while autograding; then the kernel is interrupted, the cell
 # scores 0 and the later cells still run. The lesson's slowest cell takes < 1 s here.
-# Override with `make grade TIMEOUT=N` (environment variable ATTENTION_CELL_TIMEOUT).
-c.Execute.timeout = int(os.environ.get("ATTENTION_CELL_TIMEOUT", "30"))
+# Override for one run with `make grade TIMEOUT=N` (plain nbgrader: --Execute.timeout=N).
+c.Execute.timeout = 30
 
 # Secure autograding (README, "For instructors"): every road to `nbgrader autograde` (make
 # grade, the plain command, the Formgrader's button) reads this file. A submission with a
@@ -75,7 +74,8 @@ c.SandboxedExecute.tmp_mb = 256  # /tmp and the working directory, each (MiB)
 # Whole notebook (wall clock): budget_factor x the reference run that `make release` times
 # in the sandbox (about 5 s here), never under budget_floor, never over notebook_seconds.
 # Later cells of a notebook past it score 0; the summary says "stopped early" and why.
-c.SandboxedExecute.notebook_seconds = int(os.environ.get("ATTENTION_NOTEBOOK_BUDGET", "60"))
+# `make grade BUDGET=N` (plain nbgrader: --SandboxedExecute.notebook_seconds=N).
+c.SandboxedExecute.notebook_seconds = 60
 c.SandboxedExecute.budget_factor = 8.0
 c.SandboxedExecute.budget_floor = 30
 c.SandboxedExecute.output_kb = 512  # stored output per cell (KiB); more is cut with a note

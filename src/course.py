@@ -73,13 +73,25 @@ class StripHiddenTests(ClearHiddenTests):
 
 
 # ------------------------------------------------------------------ set-up
-def load_config(timeout: int | None = None):
-    """nbgrader_config.py as a traitlets Config (``timeout`` overrides it)."""
+#: This run's overrides of nbgrader_config.py's limits (``make grade TIMEOUT=N BUDGET=N``),
+#: set by :func:`grade` before it forks its workers, which inherit them.
+_OVERRIDES: dict = {}
+
+
+def load_config(timeout: int | None = None, budget: int | None = None):
+    """nbgrader_config.py as a traitlets Config, with this run's overrides: ``timeout``
+    (seconds per cell, c.Execute.timeout) and ``budget`` (seconds per notebook at most,
+    c.SandboxedExecute.notebook_seconds)."""
     from traitlets.config.loader import PyFileConfigLoader
 
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    timeout = timeout if timeout is not None else _OVERRIDES.get("timeout")
+    budget = budget if budget is not None else _OVERRIDES.get("budget")
     if timeout is not None:
-        os.environ["ATTENTION_CELL_TIMEOUT"] = str(int(timeout))
-    return PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+        config.Execute.timeout = int(timeout)
+    if budget is not None:
+        config.SandboxedExecute.notebook_seconds = int(budget)
+    return config
 
 
 def make_api(timeout: int | None = None, memory_gb: float | None = None):
@@ -492,14 +504,20 @@ def _trusted_report(student) -> dict:
 
 
 def grade(jobs: int = 0, timeout: int | None = None, memory_gb: float | None = None,
-          students=None, stream=sys.stdout, unsafe: bool | None = None) -> GradeReport:
+          students=None, stream=sys.stdout, unsafe: bool | None = None,
+          budget: int | None = None) -> GradeReport:
     """Autograde every submission (or ``students``), ``jobs`` at a time, each in a sandbox.
+    ``timeout`` and ``budget`` override nbgrader_config.py's seconds per cell and per
+    notebook for this run.
 
     Submissions that cannot be graded safely (a symlink, a special file, an id that
     is a pattern) are refused with the reason; nbgrader never sees them.
     """
     from src import grading, sandbox
 
+    _OVERRIDES.clear()
+    _OVERRIDES.update({k: v for k, v in (("timeout", timeout), ("budget", budget))
+                       if v is not None})
     if not (course_dir() / "gradebook.db").exists():
         raise CourseError("no gradebook: run `make release` first")
     unsafe = grading.unsafe_requested() if unsafe is None else unsafe
@@ -636,6 +654,8 @@ def main(argv=None) -> int:
     g.add_argument("--jobs", type=int, default=0, help="workers (default: cores)")
     g.add_argument("--timeout", type=int, default=None,
                    help="seconds per cell (default: nbgrader_config.py, 30)")
+    g.add_argument("--budget", type=int, default=None,
+                   help="seconds per notebook at most (default: nbgrader_config.py, 60)")
     g.add_argument("--memory-gb", type=float, default=None,
                    help="address-space limit of each kernel (default: nbgrader_config.py)")
     g.add_argument("students", nargs="*", help="only these students")
@@ -646,7 +666,8 @@ def main(argv=None) -> int:
         if args.command == "release":
             print(f"released to {release()}")
         elif args.command == "grade":
-            report = grade(args.jobs, args.timeout, args.memory_gb, args.students or None)
+            report = grade(args.jobs, args.timeout, args.memory_gb, args.students or None,
+                           budget=args.budget)
             for r in report.results:
                 score = "-" if r.score is None else f"{r.score:g}/{r.max_score:g}"
                 flag = "" if r.ok else f"  FAILED: {r.error}"

@@ -83,7 +83,6 @@ def graded(tmp_path_factory):
 
     mp = pytest.MonkeyPatch()
     mp.setenv("ATTENTION_COURSE_DIR", str(tmp_path_factory.mktemp("course")))
-    mp.setenv("ATTENTION_NOTEBOOK_BUDGET", str(BUDGET))
     tmpdir = _long_tmpdir(tmp_path_factory.mktemp("tmp"))
     mp.setenv("TMPDIR", str(tmpdir))
     mp.setattr(tempfile, "tempdir", str(tmpdir))
@@ -93,7 +92,7 @@ def graded(tmp_path_factory):
     write_submissions(cases)
     before = _outside_state()
     before["tmp"] = _grading_dirs()
-    report = course.grade(jobs=2, timeout=TIMEOUT)
+    report = course.grade(jobs=2, timeout=TIMEOUT, budget=BUDGET)
     course.feedback()
     yield cases, report, course.per_cell_scores(), before
     mp.undo()
@@ -221,11 +220,11 @@ def test_links_and_files_that_would_run_script_are_gone(graded):
 def test_a_regrade_through_a_pipe_returns_and_gives_the_same_gradebook(graded):
     _, _, first, _ = graded
     before = course.tree_digest(course.course_dir() / "submitted")
-    env = dict(os.environ, ATTENTION_COURSE_DIR=str(course.course_dir()),
-               ATTENTION_NOTEBOOK_BUDGET=str(BUDGET))
+    env = dict(os.environ, ATTENTION_COURSE_DIR=str(course.course_dir()))
     # `make grade | cat`: the pipe closes when grading ends, whatever a kernel left behind.
     proc = subprocess.run([sys.executable, "-m", "src.course", "grade", "--jobs", "2",
-                           "--timeout", str(TIMEOUT)], cwd=ROOT, env=env,
+                           "--timeout", str(TIMEOUT), "--budget", str(BUDGET)], cwd=ROOT,
+                          env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800)
     assert proc.returncode == 1, proc.stdout[-3000:]  # the broken submissions fail again
     assert b"graded " in proc.stdout

@@ -62,13 +62,12 @@ def test_release_ships_the_lesson_with_the_course_files(graded):
 def test_parallel_grading_writes_what_sequential_nbgrader_writes(graded):
     root, sequential, cases, report = graded
     env = dict(os.environ, ATTENTION_COURSE_DIR=str(sequential),
-               ATTENTION_CELL_TIMEOUT=str(TIMEOUT),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     # From the course directory, nbgrader's conventional root: course/nbgrader_config.py
     # (written by `make release`) loads the repository's, sandbox and trusted scoring included.
     res = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", course.ASSIGNMENT,
-                          "--force"], cwd=sequential, env=env, capture_output=True, text=True,
-                         timeout=900)
+                          "--force", f"--Execute.timeout={TIMEOUT}"], cwd=sequential, env=env,
+                         capture_output=True, text=True, timeout=900)
     assert "No nbgrader_config.py file found" not in res.stdout + res.stderr
     assert "database is locked" not in res.stdout + res.stderr
     assert "Autograding" in res.stdout + res.stderr, res.stderr[-2000:]

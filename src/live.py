@@ -19,6 +19,7 @@ and where to move it. Shape legend: not applicable (sources and results).
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import os
 import sys
@@ -84,8 +85,8 @@ def _binds(source: str, names) -> bool:
 
 # ------------------------------------------------------------- the notebook file
 def _read(path: Path):
-    """[(label, source)] of a notebook file's code cells, cached by its mtime; its map
-    {nbgrader grade_id: cell id} is kept in _IDS."""
+    """([(label, source)] of a notebook file's code cells, {nbgrader grade_id: cell id}),
+    cached by the file's mtime; None when it cannot be read."""
     from src import road
 
     try:
@@ -95,54 +96,54 @@ def _read(path: Path):
             ids = {(c.get("metadata", {}).get("nbgrader", {}) or {}).get("grade_id"):
                    c.get("id") for c in nb.get("cells", []) if c.get("id")}
             _CACHE[("nb", path)] = (mtime, road.notebook_cells(nb), ids)
-        _IDS.clear()
-        _IDS.update(_CACHE[("nb", path)][2])
-        return _CACHE[("nb", path)][1]
+        return _CACHE[("nb", path)][1:]
     except (OSError, ValueError, AttributeError):
         return None
 
 
-_IDS: dict = {}  # {grade_id: cell id} of the notebook file last read
-
-
-def _notebooks(lesson) -> list[Path]:
-    """Notebook files this kernel may be running, most likely first: the one its server
-    session names (JPY_SESSION_NAME), then the lesson's, then the others in its folder."""
-    here = Path.cwd()
-    found = []
+def _session_notebook() -> Path | None:
+    """The notebook the server started this kernel for (JPY_SESSION_NAME), if known."""
     session = os.environ.get("JPY_SESSION_NAME", "")
-    if session.endswith(".ipynb"):
-        found.append(Path(session) if Path(session).is_absolute() else here / session)
-    found.append(here / f"{lesson.notebook}.ipynb")
-    with_others = sorted(here.glob("*.ipynb"))
-    return list(dict.fromkeys(p for p in found + with_others if p.is_file()))
+    if not session.endswith(".ipynb"):
+        return None
+    path = Path(session) if Path(session).is_absolute() else Path.cwd() / session
+    return path if path.is_file() else None
 
 
 def _file_cells(lesson, history):
-    """[(label, source)] of the notebook file this kernel runs: the first notebook (see
-    :func:`_notebooks`) one of whose step cells' sources this kernel ran (``history``:
-    IPython's ``In``), else the first that holds the lesson's cells; or None."""
+    """([(label, source)], {grade_id: cell id}) of the notebook file this kernel runs: the
+    one the server named (JPY_SESSION_NAME); else the first notebook in the kernel's folder
+    (the lesson's first) one of whose step cells' sources this kernel ran (``history``:
+    IPython's ``In``), else the first that holds the lesson's cells; or (None, {})."""
+    named = _session_notebook()
+    if named is not None:
+        found = _read(named)
+        if found:
+            return found
     ran = set(history or []) | {src for _, src in _RAN["order"]}
-    fallback = None
-    for path in _notebooks(lesson):
-        cells = _read(path)
-        if not cells:
+    here = Path.cwd()
+    paths = [here / f"{lesson.notebook}.ipynb", *sorted(here.glob("*.ipynb"))]
+    fallback = (None, {})
+    for path in dict.fromkeys(p for p in paths if p.is_file()):
+        found = _read(path)
+        if not found or not found[0]:
             continue
-        labels = dict(cells)
+        labels = dict(found[0])
         if any(labels.get(s.cell) in ran for s in lesson.steps):
-            return cells
-        if fallback is None and all(s.cell in labels for s in lesson.steps):
-            fallback = cells
+            return found
+        if fallback[0] is None and all(s.cell in labels for s in lesson.steps):
+            fallback = found
     return fallback
 
 
 # ------------------------------------------------------------------ the check
-def sources(lesson, shell) -> tuple[dict, list, list, str]:
+def sources(lesson, shell) -> tuple[dict, list, list, str, dict]:
     """({step cell id: the source last run in it}, [(label, source)] of the notebook's
     cells, the set-up cells' sources or None, how the sources were found: "cell ids",
-    "file" or "" (none found))."""
+    "file" or "" (none found), {step cell id: its cell id in the front end})."""
     history = shell.user_ns.get("In") or []
-    cells = _file_cells(lesson, history) or []
+    cells, ids = _file_cells(lesson, history)
+    cells = cells or []
     file_steps = {s.cell: src for s, src in ((s, dict(cells).get(s.cell)) for s in lesson.steps)
                   if isinstance(src, str)}
     from src import road
@@ -151,20 +152,21 @@ def sources(lesson, shell) -> tuple[dict, list, list, str]:
     if _RAN["ids"]:
         # (a step cell's id is its grade_id in the release; a copy pasted in its place
         # keeps the grade_id but gets a new id, which the saved file tells)
-        ids = {s.cell: _IDS.get(s.cell) or s.cell for s in lesson.steps}
+        ids = {s.cell: ids.get(s.cell) or s.cell for s in lesson.steps}
         ran = {s.cell: _RAN["cells"][ids[s.cell]] for s in lesson.steps
                if ids[s.cell] in _RAN["cells"]}
         # The notebook's own labels for the cells this kernel ran, for "made in another cell".
         cells = [(cid or "this kernel", src) for cid, src in _RAN["order"]] + cells
-        return ran, cells, setup, "cell ids"
+        return ran, cells, setup, "cell ids", ids
     if file_steps:
-        return file_steps, cells, setup, "file"
-    return {}, cells, setup, ""
+        return file_steps, cells, setup, "file", {}
+    return {}, cells, setup, "", {}
 
 
-def moved_away(lesson, step) -> str:
-    """A note when the step's names were last made by code run in another cell, or ""."""
-    names, mine = set(step.names), _IDS.get(step.cell) or step.cell
+def moved_away(lesson, step, mine: str) -> str:
+    """A note when the step's names were last made by code run in another cell than
+    ``mine`` (the step cell's id), or ""."""
+    names = set(step.names)
     for cell_id, source in reversed(_RAN["order"]):
         if cell_id == mine:
             return ""
@@ -209,7 +211,7 @@ def live_verdict(lesson, step, shell):
     given)."""
     from src import replay, road
 
-    found, cells, setup_src, how = sources(lesson, shell)
+    found, cells, setup_src, how, ids = sources(lesson, shell)
     saved = dict(cells)
     if not how:
         return None
@@ -236,16 +238,17 @@ def live_verdict(lesson, step, shell):
             step.checks])})
     chain = {s: src for s, src in found.items() if not lesson.later_than(s, step.cell)}
     key = (id(lesson), step.cell, key_setup, tuple(sorted(chain.items())))
-    if _CACHE.get("last", (None,))[0] != key:
-        verdict = road.verdicts(
+    if _CACHE.get("last", (None,))[0] != key:  # (Cell 6's two checks share one replay)
+        _CACHE["last"] = (key, road.verdicts(
             lesson, chain, lambda steps: replay.replay_in_process(
-                lesson, steps, setup, only=[step.cell]), cells=cells, only=[step.cell])
-        notes = [moved_away(lesson, step), edited(step, found, saved)] if how == "cell ids" \
-            else []
-        for note in reversed([n for n in notes if n]):
-            verdict.summaries[step.test].results[0].notes.insert(0, note)
-        _CACHE["last"] = (key, verdict)
-    return _CACHE["last"][1]
+                lesson, steps, setup, only=[step.cell]), cells=cells, only=[step.cell]))
+    verdict = copy.deepcopy(_CACHE["last"][1])
+    # What the kernel did around the step cell: said afresh at every check.
+    notes = [moved_away(lesson, step, ids.get(step.cell, step.cell)),
+             edited(step, found, saved)] if how == "cell ids" else []
+    for note in reversed([n for n in notes if n]):
+        verdict.summaries[step.test].results[0].notes.insert(0, note)
+    return verdict
 
 
 def _live_setup(lesson, user_ns) -> dict | None:

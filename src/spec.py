@@ -164,6 +164,9 @@ class Lesson:
     tolerances: dict
     probes: Callable = tuple
     facts: dict = field(default_factory=dict)
+    #: What this lesson decided counts as right where a careful reader could differ:
+    #: {id: the rule in words} (README lists them; a blind set's figures count them apart).
+    decisions: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------- derived
     @cached_property

@@ -11,11 +11,23 @@ import pytest
 import verify
 from tests.blind import evaluate
 
-#: Cells labelled wrong by a blind writer that the course decided are right (README,
-#: "Right in general, not on this example only"): `/ 8` for `/ √d_k`, `x.shape[-1]` for
-#: d_k (both 64 in this lesson), a logsumexp softmax.
-DECIDED = {"attempts.json": set(),
-           "attempts2.json": {("mix-022", "5"), ("mix-023", "5"), ("mix-052", "6")}}
+#: Cells labelled wrong by a blind writer that the lesson decided are right, each with the
+#: decision of the lesson's spec it rests on (README, "Right in general, not on this
+#: example only"); the figures count them apart.
+DECIDED = {"attempts.json": {},
+           "attempts2.json": {("mix-022", "5"): "constant_sqrt_dk",
+                              ("mix-023", "5"): "width_for_dk",
+                              ("mix-052", "6"): "logsumexp_softmax"}}
+
+
+def test_every_decision_is_the_specs_and_readme_states_it():
+    from tests.notebook_utils import ROOT
+
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    used = {d for cells in DECIDED.values() for d in cells.values()}
+    assert used <= set(verify.LESSON.decisions)
+    for text in verify.LESSON.decisions.values():
+        assert text in readme, text
 
 
 @pytest.mark.parametrize("name", sorted(DECIDED))
@@ -26,6 +38,6 @@ def test_a_blind_set_is_judged_as_its_labels_say(name):
            if r["verdict"] in ("false negative", "cascade")]
     assert bad == []
     passed = {(r["id"], r["cell"]) for r in rows if r["verdict"] == "false positive"}
-    assert passed == DECIDED[name]
+    assert passed == set(DECIDED[name])
     wrong = [r for r in rows if not r["label"]["correct"]]
     assert max(len(r["first"]) for r in wrong) <= verify.FIRST_LINE_CHARS

@@ -22,6 +22,7 @@ from src import replay
 from tests.corpus import REF, release_setup
 from tests.notebook_utils import LESSON
 
+pytestmark = pytest.mark.filterwarnings("ignore::SyntaxWarning")  # (pasted fragments)
 SPEC = verify.LESSON
 _ASSIGN = re.compile(r"[A-Za-z_]\w*\s*=[^=]")
 _SPLIT = re.compile(r":\s|;\s|,\s(?=[A-Za-z_]\w*\s*=)|\s\((?:or|e\.g\.|for example)\s|"

@@ -411,6 +411,14 @@ def replay_step(lesson, step: str, source: str, setup: dict, upstream: dict | No
         data["cell.raised"] = observe._raised(observe._error_text(error), line)
         data["cell.lineno"] = np.array(lineno)
     data.update(_facts(lesson, cap, step, ns, inputs, watched, before, source))
+    # The inputs as the cell was given them, not as it left the names: rebinding `query`
+    # (or changing it in place) is this cell's doing, never an earlier cell's slip.
+    given = {n for c in lesson.by_cell[step].checks for n in (*c.upstream, *c.extras)}
+    given = {n: before[n] for n in given if n in before}
+    if given:
+        for key in [k for k in data if k.startswith(tuple(f"t.{n}." for n in given))]:
+            del data[key]
+        data.update(observe.observe_objects(given))
     if course:
         data["replay.course_code"] = np.array(sorted(course)[:8], dtype=str)
     data.update(own)

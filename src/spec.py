@@ -43,7 +43,7 @@ class Mistake:
     title: str
     cause: str
     next_step: str
-    shows: str = ""
+    shows: str | tuple = ""  # what it computes, in words (one per variant when a tuple)
     reproduce: Callable | None = None
     fns: tuple = ()
     factor: float | None = None
@@ -57,12 +57,20 @@ class Mistake:
     #: {check name, or "any": the text of ``{example}`` in ``next_step``}: an entry met in
     #: several checks shows each an example from its own cell.
     examples: dict = field(default_factory=dict)
+    #: The same for ``{example}`` in ``cause``.
+    causes: dict = field(default_factory=dict)
 
     def next_step_for(self, check: str = "any") -> str:
         """``next_step`` with the example of ``check`` (else the "any" one)."""
         if not self.examples:
             return self.next_step
         return self.next_step.format(example=self.examples.get(check, self.examples["any"]))
+
+    def cause_for(self, check: str = "any") -> str:
+        """``cause`` with the example of ``check`` (else the "any" one)."""
+        if not self.causes:
+            return self.cause
+        return self.cause.format(example=self.causes.get(check, self.causes["any"]))
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,7 @@ def texts_of(step) -> list[tuple[str, str]]:
         for m in verify.MISTAKES.values():
             if m.step in ("any", check.name) or check.uses_function == m.step:
                 out += [(f"{m.id} (next step)", m.next_step_for(check.name)),
-                        (f"{m.id} (cause)", m.cause)]
+                        (f"{m.id} (cause)", m.cause_for(check.name))]
     hint = hint_first_tiers().get(step.cell)
     if hint:
         out.append(("hint, first tier", hint))

@@ -183,7 +183,7 @@ def test_examples_in_a_message_come_from_its_own_cell():
             users = [c for c in spec.checks.values() if c.uses_function == name]
             own = set(check.all) | set(spec.setup_names) | {check.uses_function} | {
                 n for c in users for n in c.all}
-            text = f"{m.next_step_for(name)} {m.cause}"
+            text = f"{m.next_step_for(name)} {m.cause_for(name)}"
             named = {a or b for a, b in code.findall(text)}
             if named - own:
                 bad.append((m.id, name, sorted(named - own)))

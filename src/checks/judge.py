@@ -187,21 +187,30 @@ def _as_factor(arr, expected):
     return c if _close(arr, c * expected) else None
 
 
-def _symptom(lesson, check, m, name, arr, expected):
-    """'What we saw' for a recognised value mistake (``expected``: the right output)."""
+def _shows(m, variant=0) -> str:
+    """What entry ``m``'s variant ``variant`` computes, in words (``shows`` may name each)."""
+    if isinstance(m.shows, tuple):
+        return m.shows[min(variant, len(m.shows) - 1)]
+    return m.shows
+
+
+def _symptom(lesson, check, m, name, arr, expected, variant=0):
+    """'What we saw' for a recognised value mistake (``expected``: the right output;
+    ``variant``: which of the entry's reproductions it equals)."""
+    shown = _shows(m, variant)
     with np.errstate(all="ignore"):
         if m.factor is not None:
             return f"your `{name}` is {_fmt(_ratio(arr, expected))} times the expected one."
         if arr.shape != expected.shape:
-            shows = f": it equals {m.shows}" if m.shows else ""
+            shows = f": it equals {shown}" if shown else ""
             return (f"`{name}` has shape {list(arr.shape)} instead of "
                     f"{list(expected.shape)}{shows}.")
         hook = check.diagnose.get("symptom")
         said = hook(lesson, m, name, arr, expected) if hook else None
         if said:
             return said
-        if m.shows:
-            return f"your `{name}` equals {m.shows}."
+        if shown:
+            return f"your `{name}` equals {shown}."
         return f"your `{name}` matches this mistake exactly: {_fmt(arr)}."
 
 
@@ -216,13 +225,13 @@ def _match_value(lesson, check, name, arr, contexts, view):
             continue
         for ctx in contexts:
             expected = ctx.expected(name)
-            for variant in ctx.variants(m, name):
+            for k, variant in enumerate(ctx.variants(m, name)):
                 if _close(variant, expected):  # the mistake makes no difference here
                     continue
                 lost = variant.shape[:1] == (1,) and arr.shape == variant.shape[1:]
                 if _close(arr, variant) or (lost and _close(arr, variant[0])):
                     return m.id, _symptom(lesson, check, m, name, arr,
-                                          expected[0] if lost else expected)
+                                          expected[0] if lost else expected, k)
     for ctx in contexts:
         expected = ctx.expected(name)
         for right in (expected, expected[0] if expected.shape[:1] == (1,) else None):
@@ -407,7 +416,7 @@ def _match_masked(lesson, check, name, arr, contexts):
                 if _close_masked(arr, variant):
                     masked = int(np.isneginf(arr).sum())
                     return m.id, (f"`{name}` holds -inf at {masked} of its {arr.size} "
-                                  f"entries; it equals {m.shows}.")
+                                  f"entries; it equals {_shows(m)}.")
     return None, ""
 
 
@@ -508,7 +517,8 @@ def _right(lesson, check, f, name, view, arr, exact, lost, tol, inputs, strict, 
                         f"should be {list(lesson.shapes[name])} {lesson.axes.get(name, '')}."))
     in_dtypes = [v.dtype for v in inputs if v.kind in ("tensor", "ndarray")]
     want = _promoted(in_dtypes)
-    if view.dtype not in (want, "float32"):  # float32, the lesson's dtype, is always fine
+    # (float32, the lesson's dtype, is always fine; a NumPy result's dtype comes with it)
+    if view.dtype not in (want, "float32") and view.kind != "ndarray":
         f.costs.append(("wrong_dtype", f"`{name}` has the right values but dtype "
                         f"{view.dtype}, while this cell's inputs were {want}."))
     if view.kind == "ndarray" and (not inputs or any(v.kind == "tensor" for v in inputs)):

@@ -383,6 +383,15 @@ def _graph_calls(result, torch, labels, stop=None, limit=None):
     return found, names
 
 
+def observe_objects(objects: Mapping) -> dict:
+    """``t.<name>.*`` facts of each object of ``objects`` {name: object}, as :func:`observe`
+    records them (the replay: the inputs a cell was given, before it ran)."""
+    out, budget = {}, _Budget()
+    for name, obj in objects.items():
+        _observe_object(f"t.{name}", obj, budget, out)
+    return out
+
+
 def _observe_checks(lesson, checks, objects):
     """Everything the judge of ``checks`` (a step's Check objects) needs, as data."""
     out = {"format": np.array(1)}

@@ -114,8 +114,9 @@ class _View:
             return f"a tensor of shape {list(self.shape or ())} and dtype {self.dtype}"
         if self.kind == "ndarray":
             return f"a NumPy array of shape {list(self.shape or ())} and dtype {self.dtype}"
-        if self.kind == "function":
-            return f"a function ({self.type})"
+        if self.kind == "function":  # (anything callable: a layer is an object, not a def)
+            plain = self.type in ("function", "builtin_function_or_method", "method", "")
+            return "a function" if plain else f"a callable {self.type} object"
         if self.kind in ("none", "missing"):
             return "None"
         return f"a {self.type or 'value'}"

@@ -430,9 +430,12 @@ def _softmax_verdict(lesson, r, strict, cell):
         return _gradient_verdict(lesson, weights) or _Finding()
     explained = _explanations(lesson, outs)
     i = wrong[0]
-    for mid, (every, _) in explained.items():
+    for mid, (every, where) in explained.items():
         if every:
-            return mid, _probe_seen(probes[i], outs[i], errors[i], lines[i])
+            # the evidence: an ordinary input this mistake gets wrong, where there is one (a
+            # -inf or huge input may be wrong for another reason as well)
+            j = next((j for j in wrong if _tame(probes[j]) and j in where), i)
+            return mid, _probe_seen(probes[j], outs[j], errors[j], lines[j])
     k = lesson.facts["masked_probe"]
     if wrong == [k] and outs[k] is not None and _close(outs[k][1:], probes[k].expected[1:]):
         return "fully_masked_row", _probe_seen(probes[k], outs[k], "", "")

@@ -172,14 +172,17 @@ _m("value_in_scores", "attention_scores", "the value was used in the scores",
    reproduce=lambda inp: [inp["query"] @ _swap(inp["value"]) / SQRT_DK,
                           inp["value"] @ _swap(inp["key"]) / SQRT_DK],
    shows="Q Vᵀ/√d_k")
-_m("feature_product", "attention_scores", "a product over tokens instead of features (Kᵀ Q)",
-   "the scores have shape [1, 64, 64] and equal Kᵀ Q/√d_k (or Qᵀ K): the transpose is on "
-   "the wrong operand, so the product sums over the tokens",
-   "transpose the key, not the query: query @ key.transpose(-2, -1) gives [1, 6, 6]",
+_m("feature_product", "attention_scores",
+   "a product over tokens instead of features (Qᵀ K or Kᵀ Q)",
+   "the scores have shape [1, 64, 64]: the transpose is on the wrong operand, so the "
+   "product sums over the tokens instead of the features",
+   "put the transpose on the key's last two axes and keep the query as it is: the scores "
+   "must come out [1, 6, 6]",
    reproduce=lambda inp: [_swap(inp["key"]) @ inp["query"] / SQRT_DK,
                           _swap(inp["query"]) @ inp["key"] / SQRT_DK,
                           _swap(inp["key"]) @ inp["query"], _swap(inp["query"]) @ inp["key"]],
-   shows="Kᵀ Q/√d_k, shape [1, 64, 64]")
+   shows=("Kᵀ Q/√d_k, shape [1, 64, 64]", "Qᵀ K/√d_k, shape [1, 64, 64]",
+          "Kᵀ Q, shape [1, 64, 64]", "Qᵀ K, shape [1, 64, 64]"))
 
 
 def _causal(inp):
@@ -211,9 +214,10 @@ _m("sqrt_precedence", "attention_scores", "d_k ** 1/2 is not √d_k",
    "divided by 32 or by 128 instead of 8",
    "write math.sqrt(d_k) or d_k ** 0.5", factor=1 / 4)
 _m("sqrt_precedence_128", "attention_scores", "d_k ** 1/2 is not √d_k",
-   "x / d_k ** 1/2 is x / 64 / 2 (** binds tighter than /): the scores were divided by "
+   "s / d_k ** 1/2 is s / 64 / 2 (** binds tighter than /): the scores were divided by "
    "128 instead of 8",
-   "write x / math.sqrt(d_k), or x / d_k ** 0.5", factor=1 / 16)
+   "divide by math.sqrt(d_k), or by d_k ** 0.5: after ** the 1/2 is not read as a half",
+   factor=1 / 16)
 _m("dk_from_token_axis", "attention_scores", "d_k read from the token axis",
    "the scores were divided by √6 (or 6): d_k was taken from the token axis "
    "(shape[1] or shape[-2]) instead of the feature axis",
@@ -510,8 +514,14 @@ _m("axes_permuted", "any", "the axes are in the wrong order",
    "the values are right but the axes are permuted: `.T` on a 3-D tensor reverses every "
    "axis ([1, 6, 64] becomes [64, 6, 1]), and a permute or transpose of the wrong axes "
    "reorders them",
-   "keep the result's axes as the formula gives them; to swap the last two axes only, "
-   "use .transpose(-2, -1)", kind="permuted")
+   "{example}",
+   examples={"projections": "keep the layer's output as it is: no transpose or permute "
+                            "after the layer",
+             "attention_scores": "keep the result's axes as the formula gives them; to swap "
+                                 "the last two axes of the key only, use .transpose(-2, -1)",
+             "any": "keep the result's axes as the formula gives them: remove the transpose "
+                    "or permute of the result"},
+   kind="permuted")
 _m("scalar_multiple", "any", "a constant factor off",
    "the result is a constant multiple of the right one: a scaling that should not be "
    "there, or a wrong constant",
@@ -556,9 +566,16 @@ _m("values_before_weights", "attended_values", "the product is the wrong way rou
    example=("RuntimeError: Expected size for first two dimensions of batch2 tensor to be: "
             "[1, 64] but got: [1, 6].", "attended_values = value @ attention_weights"))
 _m("matmul_shapes", "any", "the shapes of a matrix product do not fit",
-   "in A @ B the last axis of A must equal the second-to-last of B ([1, 6, 64] @ "
-   "[1, 64, 6] works; [1, 6, 64] @ [1, 6, 64] does not)",
-   "print the shapes of both operands and transpose the one that is lying down",
+   "in A @ B the last axis of A must equal the second-to-last of B ({example})",
+   "{example}",
+   causes={"attention_scores": "[1, 6, 64] @ [1, 64, 6] works; [1, 6, 64] @ [1, 6, 64] "
+                               "does not",
+           "attended_values": "[1, 6, 6] @ [1, 6, 64] works; [1, 6, 6] @ [1, 64, 6] does not",
+           "any": "[1, 6, 64] @ [1, 64, 6] works; [1, 6, 64] @ [1, 6, 64] does not"},
+   examples={"attention_scores": "print the shapes of both operands and transpose the one "
+                                 "that is lying down",
+             "any": "print the shapes of both operands: the inner sizes must match; remove a "
+                    "transpose that breaks them, or add the one that is missing"},
    error=_MATMUL_ERROR,
    example=("RuntimeError: Expected size for first two dimensions of batch2 tensor to be: "
             "[6, 64] but got: [6, 1].", "attention_scores = query @ key.transpose(0, 1)"))
@@ -791,7 +808,8 @@ _m("softmax_raises", "softmax", "the softmax raised an error",
    kind="probe_error")
 _m("stub_left", "any", "the cell still holds its stub",
    "the line raise NotImplementedError(...) is still in the cell, so it stops there",
-   "replace that line with your code, then run the cell", error=r"NotImplementedError",
+   "delete the line raise NotImplementedError(...) and write your code in its place, then "
+   "run the cell", error=r"NotImplementedError",
    example=("NotImplementedError: Your turn: replace this line with your code",
             "raise NotImplementedError(\"Your turn: replace this line with your code\")"))
 _m("elementwise_product", "any", "* multiplies entry by entry, not as matrices",

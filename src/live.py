@@ -29,8 +29,8 @@ from src.checks.util import _listing
 
 #: What this kernel ran: {"cells": {cell id: source last run there}, "order": [(cell id,
 #: source) of every run, the latest last, at most 200], "ids": whether the front end
-#: sends cell ids}.
-_RAN: dict = {"cells": {}, "order": [], "ids": False}
+#: sends cell ids, "raised": {cell id: the error its last run raised, or ""}}.
+_RAN: dict = {"cells": {}, "order": [], "ids": False, "raised": {}}
 _CACHE: dict = {}
 
 
@@ -46,6 +46,15 @@ def _pre_run_cell(info):
     del _RAN["order"][:-200]
 
 
+def _post_run_cell(result):
+    info = getattr(result, "info", None)
+    cell_id = getattr(info, "cell_id", None)
+    if cell_id:
+        exc = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec",
+                                                                  None)
+        _RAN["raised"][cell_id] = f"{type(exc).__name__}: {exc}"[:160] if exc else ""
+
+
 def install(shell=None) -> bool:
     """Record every cell run in this IPython ``shell`` (default: the running one) from
     now on; idempotent. False outside IPython."""
@@ -56,6 +65,8 @@ def install(shell=None) -> bool:
         return False
     if _pre_run_cell not in shell.events.callbacks.get("pre_run_cell", []):
         shell.events.register("pre_run_cell", _pre_run_cell)
+    if _post_run_cell not in shell.events.callbacks.get("post_run_cell", []):
+        shell.events.register("post_run_cell", _post_run_cell)
     return True
 
 
@@ -155,6 +166,9 @@ def sources(lesson, shell) -> tuple[dict, list, list, str, dict]:
         ids = {s.cell: ids.get(s.cell) or s.cell for s in lesson.steps}
         ran = {s.cell: _RAN["cells"][ids[s.cell]] for s in lesson.steps
                if ids[s.cell] in _RAN["cells"]}
+        # A step cell not run in this kernel yet (a restart, say): the saved one, as
+        # grading reads it (the check says so).
+        ran |= {s: src for s, src in file_steps.items() if s not in ran}
         # The notebook's own labels for the cells this kernel ran, for "made in another cell".
         cells = [(cid or "this kernel", src) for cid, src in _RAN["order"]] + cells
         return ran, cells, setup, "cell ids", ids
@@ -167,16 +181,37 @@ def moved_away(lesson, step, mine: str) -> str:
     """A note when the step's names were last made by code run in another cell than
     ``mine`` (the step cell's id), or ""."""
     names = set(step.names)
+    lesson_cells = {*lesson.by_cell, *lesson.by_test, *lesson.setup_cells}
     for cell_id, source in reversed(_RAN["order"]):
         if cell_id == mine:
             return ""
-        if cell_id in lesson.by_test or "check_" in source or not _binds(source, names):
+        # (another step cell that rebinds a name is that cell's own business: its check
+        # says so; only code outside the lesson's cells is "moved away")
+        if cell_id in lesson_cells or "check_" in source or not _binds(source, names):
             continue
-        first = next((ln.strip() for ln in source.splitlines() if ln.strip()), "")[:60]
+        first = next((ln.strip() for ln in source.splitlines()
+                      if ln.strip() and not ln.strip().startswith("#")), "")[:60]
         made = sorted(names & set(_assigned(source))) or sorted(names)
         return (f"Code run in another cell (`{first}`) made {_listing(made)} after your "
                 f"Cell {step.number} last ran: only Cell {step.number}'s own code counts. "
                 f"Move that code into Cell {step.number} and run it there.")
+    return ""
+
+
+def not_run_here(step, mine: str, how: str, replay_raised: bool) -> str:
+    """A note when the step cell has not run in this kernel (judged from the saved file),
+    or when its last run here raised while its replay did not, or ""."""
+    if how != "cell ids":
+        return ""
+    if mine not in _RAN["cells"]:
+        return (f"Your Cell {step.number} has not run in this kernel yet (after a restart, "
+                "say): this check judged the code of the saved notebook, as grading does. "
+                f"Run Cell {step.number} to judge what you run.")
+    raised = _RAN["raised"].get(mine, "")
+    if raised and not replay_raised:
+        return (f"In your kernel, Cell {step.number} raised {raised} when it last ran; this "
+                "check runs it again on the lesson's own inputs from the cells before, as "
+                "grading does. Run the cells above it in order, then this one.")
     return ""
 
 
@@ -230,8 +265,8 @@ def live_verdict(lesson, step, shell):
         from src.checks.results import Summary
         from src.checks.verdict import _failed
 
-        where = ("has not been run in this kernel yet" if how == "cell ids" else
-                 "was not found in the notebook file")
+        where = ("has not been run in this kernel yet, and the saved notebook has none"
+                 if how == "cell ids" else "was not found in the notebook file")
         return road.Verdicts(lesson, {step.test: Summary([_failed(c, (
             f"Not judged yet: your Cell {step.number} {where}. Next step: run Cell "
             f"{step.number} itself (its own code is what counts), then this check.")) for c in
@@ -244,7 +279,9 @@ def live_verdict(lesson, step, shell):
                 lesson, steps, setup, only=[step.cell]), cells=cells, only=[step.cell]))
     verdict = copy.deepcopy(_CACHE["last"][1])
     # What the kernel did around the step cell: said afresh at every check.
-    notes = [moved_away(lesson, step, ids.get(step.cell, step.cell)),
+    mine = ids.get(step.cell, step.cell)
+    replay_raised = any(cell == step.cell for cell, *_ in verdict.raised)
+    notes = [not_run_here(step, mine, how, replay_raised), moved_away(lesson, step, mine),
              edited(step, found, saved)] if how == "cell ids" else []
     for note in reversed([n for n in notes if n]):
         verdict.summaries[step.test].results[0].notes.insert(0, note)

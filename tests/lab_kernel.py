@@ -74,6 +74,11 @@ class LabKernel:
         self.kc.get_shell_msg(timeout=timeout)  # (the execute_reply)
         return out
 
+    def restart(self):
+        """Restart the kernel, as the Kernel menu does: a fresh process, nothing run."""
+        self.km.restart_kernel(now=True)
+        self.kc.wait_for_ready(timeout=120)
+
     def close(self):
         try:
             self.kc.stop_channels()

@@ -151,6 +151,55 @@ def test_a_cell_edited_after_it_ran(kernel):
     assert "holds other code" not in got["cell5_scores_test:notes"]
 
 
+def test_the_saved_code_note_follows_the_file_at_every_check(kernel):
+    """Saved with other code than ran: said at once; saved back: gone at once."""
+    sources = solved()
+    nb = notebook(sources)
+    live(kernel, nb)  # everything run and saved as run
+    test = dict(code_cells(nb))["cell5_scores_test"]
+    wrong = dict(sources, cell5_scores=sources["cell5_scores"].replace("/ math.sqrt(d_k)", ""))
+    write_notebook(kernel.folder / "lesson.ipynb", notebook(wrong))  # edited, saved, not run
+    shown = "\n".join(kernel.run(test, "cell5_scores_test")["texts"])
+    assert "holds other code than the code that last ran" in shown
+    write_notebook(kernel.folder / "lesson.ipynb", nb)  # the edit undone and saved
+    shown = "\n".join(kernel.run(test, "cell5_scores_test")["texts"])
+    assert "holds other code" not in shown
+
+
+def test_after_a_restart_the_checks_judge_the_saved_notebook(kernel):
+    nb = notebook(solved())
+    write_notebook(kernel.folder / "lesson.ipynb", nb)
+    kernel.restart()
+    cells = code_cells(nb)
+    runs = [(c, s) for c, s in cells if c in SPEC.setup_cells or c in SPEC.by_test]
+    got = live(kernel, nb, runs=runs)  # only the set-up and the check cells
+    same(got, graded(nb))
+    assert "has not run in this kernel yet" in got["cell7_values_test:notes"]
+
+
+def test_a_cell_that_raised_in_the_kernel_but_not_when_replayed_says_so(kernel):
+    nb = notebook(solved())
+    cells = code_cells(nb)
+    kernel.restart()
+    runs = [(c, s) for c, s in cells if c not in ("cell4_projections",)]  # Cell 4 skipped
+    got = live(kernel, nb, runs=runs)
+    assert got["cell5_scores_test"][0][0] == 2.0  # its own code is right
+    notes = got["cell5_scores_test:notes"]
+    assert "In your kernel, Cell 5 raised" in notes and "Run the cells above it" in notes
+
+
+def test_another_step_cell_rebinding_a_name_is_not_code_moved_away(kernel):
+    sources = solved()
+    sources["cell5_scores"] = ("query = query / math.sqrt(d_k)\n"
+                               "attention_scores = query @ key.transpose(-2, -1)\n")
+    nb = notebook(sources)
+    cells = code_cells(nb)
+    runs = cells + [("cell4_projections_test", dict(cells)["cell4_projections_test"])]
+    got = live(kernel, nb, runs=runs)
+    assert "Code run in another cell" not in got["cell4_projections_test:notes"]
+    assert "differs from the reference" not in got["cell5_scores_test:notes"]
+
+
 def test_a_cell_run_twice_is_judged_once(kernel):
     sources = solved()
     sources["cell5_scores"] = ("query = query / math.sqrt(d_k)  # runs twice: twice as small\n"

@@ -368,14 +368,18 @@ def ensure_venv(room: Classroom, log=print) -> None:
                 shutil.rmtree(room.venv / part, ignore_errors=True)
                 subprocess.run(["cp", "-a", str(source / part), str(dest)], check=True,
                                timeout=1800)
-        shebang = f"#!{source}/bin/python".encode()
+        # A .venv reached through a symlink (a git worktree's) has scripts whose
+        # shebangs name its real path: rewrite both spellings.
+        shebangs = {f"#!{p}/bin/python".encode() for p in (source, source.resolve())}
         for script in (source / "bin").iterdir():
             target = room.venv / "bin" / script.name
             if target.exists() or target.is_symlink() or not script.is_file():
                 continue  # the new venv's own python and activate scripts
             data = script.read_bytes()
-            if data.startswith(shebang):
-                data = f"#!{room.venv}/bin/python".encode() + data[len(shebang):]
+            for shebang in shebangs:
+                if data.startswith(shebang):
+                    data = f"#!{room.venv}/bin/python".encode() + data[len(shebang):]
+                    break
             target.write_bytes(data)
             target.chmod(0o755)
     except (OSError, subprocess.SubprocessError) as exc:

@@ -1046,7 +1046,7 @@ def _new_link(room: Classroom, ids: list[str]) -> int:
         room.public_url = json.loads(settings.read_text()).get("url")
     links = ensure_first_logins(room, reissue=tuple(ids))
     for u, link in sorted(links.items()):
-        print(f"{u:<22} {link}")
+        print(f"  {u:<22} {link}")
     print(f"(each works once; also in {room.first_login_links}; the old link and password "
           "no longer work)")
     return 0

@@ -179,3 +179,36 @@ def test_bad_tls_files_and_addresses_say_what_was_expected(tmp_path):
         status, err = launch(tmp_path, args=args)
         assert status == 2 and message in err, (args, err)
         nothing_made(tmp_path)
+
+
+# ------------------------------------------------------- the Makefile's wiring
+def make(*args, timeout=120):
+    res = subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True,
+                         text=True, timeout=timeout)
+    return res.returncode, res.stdout + res.stderr
+
+
+def test_make_hub_passes_the_class_list_and_tls_settings(tmp_path):
+    bad = tmp_path / "students.csv"
+    bad.write_text("id,name\nattpre-ada,Ada\n")
+    base, home = tmp_path / "base", tmp_path / "home"
+    # README's command, for real: it stops at the class list, before anything is made.
+    status, out = make("hub", f"CLASS_LIST={bad}", "HUB_IP=0.0.0.0", f"HUB_DIR={base}",
+                       f"HUB_HOME={home}", "HUB_PREFIX=attpre-")
+    assert status != 0 and f"the class list {bad} lacks the column(s) email" in out, out
+    status, out = make("hub", "HUB_IP=0.0.0.0", f"HUB_DIR={base}", f"HUB_HOME={home}",
+                       "HUB_PREFIX=attpre-", f"PORT={classroom.free_port()}")
+    assert status != 0 and "HUB_IP 0.0.0.0 is reachable from other machines" in out, out
+    nothing_made(tmp_path)
+    status, out = make("-n", "hub", "CLASS_LIST=s.csv", "HUB_IP=0.0.0.0", "SSL_CERT=c.pem",
+                       "SSL_KEY=k.pem", "HUB_URL=https://hub.example.org:8000",
+                       "IDLE_TIMEOUT=600", "PORT=8443")
+    assert status == 0, out
+    for flag in ("--class-list s.csv", "--ip 0.0.0.0", "--ssl-cert c.pem", "--ssl-key k.pem",
+                 "--public-url https://hub.example.org:8000", "--idle-timeout 600",
+                 "--port 8443"):
+        assert flag in out, (flag, out)
+    status, out = make("hub-link")
+    assert status == 2 and "expected ID=<student id from the class list>" in out, out
+    status, out = make("-n", "hub-link", "ID=s1234")
+    assert status == 0 and "-m hub.classroom new-link s1234 --base /srv/attention-hub" in out

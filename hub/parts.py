@@ -2,7 +2,7 @@
 first-login page where a student of the class list chooses their password, and a local
 process spawner that starts the instructor's server in the course directory.
 
-Both are small subclasses of JupyterHub's own classes; hub/jupyterhub_config.py wires
+Each is a small subclass of JupyterHub's own classes; hub/jupyterhub_config.py wires
 them in. A real deployment swaps the authenticator for PAM, OAuth or LTI (README,
 "Running a real class") and keeps everything else.
 """
@@ -65,27 +65,39 @@ class PasswordFileAuthenticator(Authenticator):
     def get_handlers(self, app):
         return [*super().get_handlers(app), ("/first-login", FirstLoginHandler)]
 
-    def redeem(self, name: str, code: str, password: str, repeat: str) -> str | None:
-        """Use ``name``'s first-login ``code`` to set their password; None, or what is
-        wrong (for the student). The code works once: it is gone once the password is set.
+    #: What a student sees for a used, replaced or mistyped link.
+    USED = ("This first-login link has been used already, or is not valid. Log in with the "
+            "password you chose, or ask your instructor for a new link.")
+
+    def _pending(self) -> dict:
+        try:
+            return json.loads(Path(self.first_login_file).read_text())
+        except FileNotFoundError:
+            return {}
+
+    def code_is_valid(self, name: str, code: str) -> bool:
+        """Whether ``code`` is ``name``'s unused first-login code (it is not used up)."""
+        stored = self._pending().get(name)
+        return stored is not None and hmac.compare_digest(stored, first_login_code_hash(code))
+
+    def redeem(self, name: str, code: str, password: str,
+               repeat: str) -> tuple[int, str] | None:
+        """Use ``name``'s first-login ``code`` to set their password; None, or (HTTP
+        status, what is wrong for the student). The code works once: it is gone once the
+        password is set.
 
         Runs on the hub's event loop without awaiting, so two submissions of one code
         cannot both pass.
         """
-        try:
-            pending = json.loads(Path(self.first_login_file).read_text())
-        except FileNotFoundError:
-            pending = {}
-        stored = pending.get(name)
-        if stored is None or not hmac.compare_digest(stored, first_login_code_hash(code)):
+        pending = self._pending()
+        if not self.code_is_valid(name, code):
             self.log.warning("first login refused for %r: unknown or used code", name)
-            return ("This first-login link has been used already, or is not valid. Log in "
-                    "with the password you chose, or ask your instructor for a new link.")
+            return 403, self.USED
         if len(password) < self.min_password:
-            return (f"Your password has {len(password)} characters: expected at least "
-                    f"{self.min_password}.")
+            return 400, (f"Your password has {len(password)} characters: expected at least "
+                         f"{self.min_password}.")
         if password != repeat:
-            return "The two passwords differ: type the same password twice."
+            return 400, "The two passwords differ: type the same password twice."
         hashes = json.loads(Path(self.password_file).read_text()) \
             if Path(self.password_file).exists() else {}
         hashes[name] = hash_password(password)
@@ -114,7 +126,7 @@ class FirstLoginHandler(LoginHandler):
     """/hub/first-login?user=ID&code=CODE: the student chooses a password, once, and is
     logged in. The login form's xsrf protection, JupyterHub's page template."""
 
-    async def _page(self, user="", code="", error=None, status=200):
+    async def _page(self, user="", code="", error=None, status=200, form=True):
         xsrf_token = self.xsrf_token
         if self.request.headers.get("Sec-Fetch-Mode", "navigate") == "navigate":
             _set_xsrf_cookie(self, self._xsrf_token_id, cookie_path=self.hub.base_url,
@@ -123,25 +135,29 @@ class FirstLoginHandler(LoginHandler):
         html = await self.render_template(
             "first-login.html", xsrf=xsrf_token.decode("ascii"), first_user=user,
             code=code, error=error, min_password=self.authenticator.min_password,
-            action=self.request.path)
+            action=self.request.path, form=form)
         self.finish(html)
 
     async def get(self):
-        await self._page(self.get_argument("user", "", strip=True),
-                         self.get_argument("code", "", strip=True))
+        name = self.get_argument("user", "", strip=True)
+        code = self.get_argument("code", "", strip=True)
+        if not self.authenticator.code_is_valid(name, code):  # said at once, not after typing
+            return await self._page(name, "", self.authenticator.USED, 403, form=False)
+        await self._page(name, code)
 
     async def post(self):
         name = self.get_argument("user", "", strip=True)
         code = self.get_argument("code", "", strip=True)
         password = self.get_argument("password", "")
-        error = self.authenticator.redeem(name, code, password,
-                                          self.get_argument("repeat", ""))
-        if error:
-            return await self._page(name, code, error, status=403 if "link" in error else 400)
+        refused = self.authenticator.redeem(name, code, password,
+                                            self.get_argument("repeat", ""))
+        if refused:
+            status, error = refused
+            return await self._page(name, code, error, status, form=status != 403)
         user = await self.login_user({"username": name, "password": password})
         if user is None:  # not allowed on this hub (no longer on the class list)
             return await self._page(name, "", "Your password is set, but this hub does not "
-                                    "let you in: ask your instructor.", status=403)
+                                    "let you in: ask your instructor.", 403, form=False)
         self._jupyterhub_user = user
         self.redirect(self.get_next_url(user))
 

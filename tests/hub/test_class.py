@@ -270,6 +270,10 @@ def test_0_class_list_makes_users_students_and_one_time_links(room, people, name
     assert got == {names[1]: ("Ada", "Lovelace", "ada@example.org"),
                    names[2]: ("Bo", "Li", "bo.li@example.org")}, got
     assert names[1] not in classroom.read_passwords(room_)  # no password handed out
+    # Someone else opens the first student's link before they use it (a forwarded mail).
+    other = people("second browser")
+    other.page.goto(links[names[1]])
+    expect(other.page.locator("#first-login-user")).to_have_text(names[1])
 
     for i, sid in enumerate(names[1:]):
         person = people(sid)
@@ -291,9 +295,8 @@ def test_0_class_list_makes_users_students_and_one_time_links(room, people, name
         person.wait_for_lab()  # logged in, their own server started
         CHOSEN[sid] = chosen
 
-    # The link worked once: used again, it is refused and says what to do.
-    other = people("second browser")
-    other.page.goto(links[names[1]])
+    # The link worked once: the form opened before is refused when sent, and the link
+    # opened again says at once that it has been used, with no form.
     other.page.fill("#password_input", "another-password")
     other.page.fill("#repeat_input", "another-password")
     with other.page.expect_response(lambda r: r.request.method == "POST") as resp:
@@ -301,6 +304,12 @@ def test_0_class_list_makes_users_students_and_one_time_links(room, people, name
     assert resp.value.status == 403
     expect(other.page.locator("#first-login-error")).to_contain_text(
         "has been used already")
+    again = other.page.goto(links[names[1]])
+    assert again.status == 403
+    expect(other.page.locator("#first-login-error")).to_contain_text(
+        "has been used already, or is not valid. Log in with the password you chose, or "
+        "ask your instructor for a new link.")
+    expect(other.page.locator("#password_input")).to_have_count(0)
     # ... and the password chosen with it is the one that logs in (in a fresh browser).
     other.page.goto(f"{room_.url}/hub/login")
     other.page.fill("#username_input", names[1])

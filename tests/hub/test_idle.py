@@ -156,6 +156,8 @@ def test_a_new_link_replaces_a_forgotten_password(idle_room, browser):
         page.fill("#password_input", "cy-chooses-this")
         page.click("#login_submit")
         expect(page.locator(".login_error")).to_contain_text("Invalid username or password")
+        old = first_login_links((idle_room.base / "launcher.log").read_text())[STUDENT]
+        assert page.goto(old).status == 403  # the first link stays used
         page.goto(link)
         page.fill("#password_input", "cy-chooses-again")
         page.fill("#repeat_input", "cy-chooses-again")

@@ -87,13 +87,19 @@ HUB_CONFIG_COURSE = '''"""Written by `make hub`: the course's configuration, the
 load_subconfig("nbgrader_config.py", path={root!r})  # noqa: F821
 c = get_config()  # noqa: F821
 c.CourseDirectory.course_id = {course_id!r}
-c.Exchange.root = {exchange!r}
+{exchange}
 '''
 USER_NBGRADER_CONFIG = '''"""Written by `make hub`: this class's course and nbgrader exchange."""
 c = get_config()  # noqa: F821
 c.CourseDirectory.course_id = {course_id!r}
-c.Exchange.root = {exchange!r}
+{exchange}
 '''
+#: EXCHANGE=ngshare: the service's environment and nbgrader's side (Makefile, $(NGSHARE)).
+#: ("venv" and "site-packages": names ruff and other tools skip by default.)
+NGSHARE_ENV = ROOT / "hub" / "ngshare" / "venv"
+NGSHARE_EXCHANGE = ROOT / "hub" / "ngshare" / "site-packages"
+#: The hub service that is ngshare's admin: it registers the course and its students.
+NGSHARE_ADMIN = "attention-setup"
 
 
 class HubError(Exception):
@@ -130,6 +136,9 @@ class Classroom:
     #: Where people reach the hub, for the banner and the links (default from ip and port).
     public_url: str | None = None
     idle_timeout: int = 3600
+    #: nbgrader's exchange: "fs" (a shared directory) or "ngshare" (a hub service).
+    exchange_kind: str = "fs"
+    ngshare_port: int = 0  # chosen by setup()
 
     def __post_init__(self):
         self.base, self.home_base = Path(self.base), Path(self.home_base)
@@ -193,6 +202,11 @@ class Classroom:
     @property
     def saved_roster(self) -> Path:
         return self.state / "class-list.json"
+
+    @property
+    def ngshare_url(self) -> str:
+        """ngshare as the users' servers reach it: its own port, on this machine."""
+        return f"http://127.0.0.1:{self.ngshare_port}/services/ngshare"
 
     @property
     def scheme(self) -> str:
@@ -351,6 +365,15 @@ def preflight(room: Classroom) -> None:
                        "installs it with `npm ci --prefix hub` from hub/package-lock.json")
     if shutil.which("useradd") is None:
         raise HubError("useradd is missing: install the `passwd` package")
+    if room.exchange_kind not in ("fs", "ngshare"):
+        raise HubError(f"EXCHANGE={room.exchange_kind!r}: expected fs (nbgrader's shared "
+                       "directory, the default) or ngshare")
+    built = (NGSHARE_ENV / ".installed").exists() and (NGSHARE_EXCHANGE /
+                                                         "ngshare_exchange").is_dir()
+    if room.exchange_kind == "ngshare" and not built:
+        raise HubError(f"the ngshare exchange is not installed ({NGSHARE_ENV}, "
+                       f"{NGSHARE_EXCHANGE}): run `make hub EXCHANGE=ngshare`, which builds "
+                       "them from hub/requirements-ngshare*.txt")
 
 
 def check_address(room: Classroom) -> None:
@@ -703,13 +726,34 @@ def _write_owned(path: Path, text: str, user: str) -> None:
     os.chown(path, pw.pw_uid, pw.pw_gid)
 
 
+def exchange_config(room: Classroom) -> str:
+    """The nbgrader configuration lines of the class's exchange."""
+    if room.exchange_kind == "ngshare":
+        return ("import ngshare_exchange  # noqa: E402\n"
+                f"ngshare_exchange.configureExchange(c, {room.ngshare_url!r})")
+    return f"c.Exchange.root = {str(room.exchange)!r}"
+
+
+def ensure_ngshare_exchange(room: Classroom) -> None:
+    """nbgrader's side of ngshare in the class's environment, as new files (the venv's
+    other files are hard links to the project's)."""
+    site = room.venv / "lib" / "python3.11" / "site-packages"
+    for part in NGSHARE_EXCHANGE.iterdir():
+        if part.name.startswith("ngshare_exchange"):
+            shutil.rmtree(site / part.name, ignore_errors=True)
+            shutil.copytree(part, site / part.name,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            subprocess.run(["chmod", "-R", "a+rX", str(site / part.name)], check=True,
+                           timeout=60)
+
+
 def ensure_user_config(room: Classroom) -> None:
     """Each person's ~/.jupyter: the course and exchange; students without grader tools."""
     settings = room.extra_lab_settings
     for user in room.users:
         jupyter = room.home(user) / ".jupyter"
         _write_owned(jupyter / "nbgrader_config.py", USER_NBGRADER_CONFIG.format(
-            course_id=COURSE_ID, exchange=str(room.exchange)), user)
+            course_id=COURSE_ID, exchange=exchange_config(room)), user)
         for name, value in settings.items():
             _write_owned(jupyter / "lab" / "user-settings" / "@jupyterlab" /
                          f"{name}.jupyterlab-settings", json.dumps(value), user)
@@ -743,7 +787,7 @@ def ensure_course(room: Classroom, log=print) -> None:
             shutil.copyfile(src, dst)
     room.course_dir.mkdir(exist_ok=True)
     (room.course_dir / "nbgrader_config.py").write_text(HUB_CONFIG_COURSE.format(
-        root=str(copy), course_id=COURSE_ID, exchange=str(room.exchange)))
+        root=str(copy), course_id=COURSE_ID, exchange=exchange_config(room)))
     subprocess.run(["chown", "-R", f"{pw.pw_uid}:{pw.pw_gid}", str(copy)], check=True,
                    timeout=120)
     python = str(room.venv / "bin" / "python")
@@ -756,7 +800,10 @@ def ensure_course(room: Classroom, log=print) -> None:
                              f"sqlite:///{room.course_dir / 'gradebook.db'}", COURSE_ID,
                              json.dumps(gradebook_students(room))], copy,
            env={"PYTHONPATH": str(copy)})
-    if room.release:
+    if room.release and room.exchange_kind == "ngshare":
+        log("ngshare: the instructor releases the assignment in the Formgrader (the "
+            "exchange is a hub service, not up yet).")
+    elif room.release:
         released = room.exchange / COURSE_ID / "outbound" / ASSIGNMENT
         if released.exists():
             log(f"The assignment is already released ({released}).")
@@ -802,6 +849,9 @@ def setup(room: Classroom, log=print) -> tuple[dict[str, str], dict[str, str]]:
     links = ensure_first_logins(room)
     ensure_venv(room, log)
     ensure_lab_overrides(room)
+    if room.exchange_kind == "ngshare":
+        room.ngshare_port = free_port()
+        ensure_ngshare_exchange(room)
     ensure_user_config(room)
     ensure_course(room, log)
     return new, links
@@ -817,7 +867,11 @@ def write_settings(room: Classroom) -> Path:
         "instructor": room.instructor, "course_dir": str(room.course_dir),
         "ip": room.ip, "ssl_cert": str(room.ssl_cert or ""), "ssl_key": str(room.ssl_key or ""),
         "first_logins": str(room.first_logins), "min_password": MIN_PASSWORD,
-        "idle_timeout": room.idle_timeout, "url": room.url}, indent=1))
+        "idle_timeout": room.idle_timeout, "url": room.url,
+        "exchange": room.exchange_kind, "ngshare_port": room.ngshare_port,
+        "ngshare_python": str(NGSHARE_ENV / "bin" / "python"),
+        "ngshare_admin": NGSHARE_ADMIN, "ngshare_admin_token": secrets.token_hex(32)},
+        indent=1))
     return path
 
 
@@ -923,10 +977,48 @@ def start(room: Classroom, log=print) -> subprocess.Popen:
     logf.close()
     try:
         wait_until_up(room, proc)
+        if room.exchange_kind == "ngshare":
+            register_ngshare_course(room, json.loads(settings.read_text())["ngshare_admin_token"])
     except BaseException:
         stop(proc, room, log)
         raise
     return proc
+
+
+def register_ngshare_course(room: Classroom, token: str, timeout: float = 60) -> None:
+    """The course in ngshare, its instructor and its students (names, e-mails), as
+    ngshare's admin service; again on every start (existing ones are updated)."""
+    import urllib.parse
+
+    def call(path: str, data: dict | None = None) -> dict:
+        req = urllib.request.Request(
+            f"{room.ngshare_url}{path}", headers={"Authorization": f"token {token}"},
+            data=urllib.parse.urlencode(data).encode() if data is not None else None)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            return {"status": exc.code, **json.loads(exc.read() or b"{}")}
+
+    deadline = time.monotonic() + timeout
+    while True:  # the hub answers before its services do
+        try:
+            if call("/healthz").get("success"):
+                break
+        except (OSError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            raise HubError(f"ngshare did not answer on {room.ngshare_url} within {timeout:.0f} "
+                           f"s; the hub's log:\n{_tail(room)}")
+        time.sleep(0.5)
+    made = call(f"/course/{COURSE_ID}", {"instructors": json.dumps([room.instructor])})
+    if not made.get("success") and made.get("status") != 409:  # 409: made by an earlier run
+        raise HubError(f"ngshare refused the course {COURSE_ID}: {made}")
+    for st in gradebook_students(room):
+        fields = {k: v for k, v in st.items() if k != "id" and v}
+        added = call(f"/student/{COURSE_ID}/{st['id']}", fields)
+        if not added.get("success"):
+            raise HubError(f"ngshare refused the student {st['id']}: {added}")
 
 
 def banner(room: Classroom, new: dict[str, str], links: dict[str, str] | None = None) -> str:
@@ -992,6 +1084,7 @@ def main(argv=None) -> int:
                    help="where people reach the hub, for the links (default: from ip, port)")
     p.add_argument("--idle-timeout", type=int, default=3600,
                    help="seconds after which an idle server is stopped (files are kept)")
+    p.add_argument("--exchange", default="fs", help="nbgrader's exchange: fs or ngshare")
     a = p.parse_args(argv)
     try:
         if a.idle_timeout < 10:
@@ -1001,7 +1094,7 @@ def main(argv=None) -> int:
                          json.loads(a.lab_settings) if a.lab_settings else {},
                          ip=a.ip, ssl_cert=a.ssl_cert, ssl_key=a.ssl_key,
                          allow_http=a.allow_http, public_url=a.public_url,
-                         idle_timeout=a.idle_timeout)
+                         idle_timeout=a.idle_timeout, exchange_kind=a.exchange)
         if a.class_list:
             room.roster = parse_class_list(Path(a.class_list), room.instructor)
         else:

@@ -80,6 +80,24 @@ c.JupyterHub.load_roles = [{
     "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
     "services": ["idle-culler"],
 }]
+if s["exchange"] == "ngshare":
+    # nbgrader's exchange as a hub service (make hub EXCHANGE=ngshare; docs/hub/ngshare.md):
+    # ngshare from its own environment, its data in the hub's root-only state directory;
+    # it checks every caller's hub token. Its admin is a token-only service that
+    # hub/classroom.py uses to register the course, its instructor and its students.
+    # ngshare itself listens on every interface (its code: "Must listen on all
+    # interfaces for proxy"), on a port of its own.
+    c.JupyterHub.services += [{
+        "name": "ngshare",
+        "url": f"http://127.0.0.1:{s['ngshare_port']}",
+        "command": [s["ngshare_python"], "-m", "ngshare", "--admins", s["ngshare_admin"],
+                    "--database", f"sqlite:///{state / 'ngshare.sqlite'}",
+                    "--storage", f"{state / 'ngshare-files'}/"],
+        "environment": {"ATTENTION_HUB_STATE": str(state)},
+    }, {
+        "name": s["ngshare_admin"],
+        "api_token": s["ngshare_admin_token"],
+    }]
 # Stopping the hub stops every server it started, and the proxy.
 c.JupyterHub.cleanup_servers = True
 c.JupyterHub.cleanup_proxy = True

@@ -135,3 +135,49 @@ def test_the_whole_exchange_goes_through_ngshare(ng_room, browser):
         db.close()
     assert assignments == [(classroom.ASSIGNMENT,)] and submissions == 1, (assignments,
                                                                             submissions)
+
+
+def server_token(user: str) -> str:
+    """The hub token in ``user``'s running server's environment (what their own kernel
+    and terminal can read), read as root."""
+    import pwd
+    import re
+
+    uid = pwd.getpwnam(user).pw_uid
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and d.stat().st_uid == uid and \
+                    b"jupyterhub-singleuser" in (d / "cmdline").read_bytes():
+                env = (d / "environ").read_bytes().decode(errors="replace")
+                return re.search(r"JUPYTERHUB_API_TOKEN=([^\0]+)", env).group(1)
+        except (OSError, AttributeError):
+            continue
+    raise AssertionError(f"no running server of {user}")
+
+
+def test_a_student_cannot_use_ngshare_as_the_instructor(ng_room):
+    """With the token their own server holds, a student is refused what is the
+    instructor's in ngshare: the class's submissions, the student list, releasing."""
+    import urllib.error
+    import urllib.request
+
+    token = server_token(STUDENT)
+    # The launcher chose ngshare's port; the test's Classroom learns it from the settings.
+    settings = json.loads((ng_room.state / "settings.json").read_text())
+    ng_room.ngshare_port = settings["ngshare_port"]
+    course, assignment = classroom.COURSE_ID, classroom.ASSIGNMENT
+    for method, path in (("GET", f"/submissions/{course}/{assignment}"),
+                         ("GET", f"/students/{course}"),
+                         ("GET", f"/submission/{course}/{assignment}/{STUDENT}"),
+                         ("POST", f"/assignment/{course}/another")):
+        req = urllib.request.Request(f"{ng_room.ngshare_url}{path}", method=method,
+                                     headers={"Authorization": f"token {token}"},
+                                     data=b"" if method == "POST" else None)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=10)
+        assert refused.value.code == 403, (path, refused.value.code)
+    # ... while the same token does reach ngshare as this student (not a dead token).
+    req = urllib.request.Request(f"{ng_room.ngshare_url}/assignments/{course}",
+                                 headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert json.loads(r.read())["success"]

@@ -67,7 +67,7 @@ HUB_ARGS = --base $(HUB_DIR) --port $(PORT) --students $(STUDENTS) --prefix $(HU
 # EXCHANGE=ngshare: the ngshare service in an environment of its own (hub/ngshare/venv) and
 # ngshare-exchange without its dependencies (hub/ngshare/site-packages); docs/hub/ngshare.md.
 NGSHARE := hub/ngshare/venv/.installed
-$(NGSHARE): hub/requirements-ngshare.txt hub/requirements-ngshare-exchange.txt $(STAMP)
+$(NGSHARE): hub/requirements-ngshare.txt hub/requirements-ngshare-exchange.txt | $(STAMP)
 	rm -rf hub/ngshare
 	$(PY) -m venv hub/ngshare/venv
 	hub/ngshare/venv/bin/python -m pip install --quiet --disable-pip-version-check -r hub/requirements-ngshare.txt

@@ -14,7 +14,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: help venv lesson test test-road test-cohort lint bench bench-grade data release reference \
-	grade feedback export clean hub test-hub
+	grade feedback export clean hub hub-link test-hub
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -57,11 +57,35 @@ PORT ?= 8000
 HUB_DIR ?= /srv/attention-hub
 HUB_PREFIX ?= att-
 HUB_HOME ?= /home
-hub: $(STAMP) $(CHP)  ## a real class on JupyterHub at 127.0.0.1:PORT, as root (STUDENTS=3, HUB_DIR, HUB_PREFIX, HUB_HOME); Ctrl-C stops it
-	$(PY) -m hub.classroom up --base $(HUB_DIR) --port $(PORT) --students $(STUDENTS) --prefix $(HUB_PREFIX) \
-	  --home-base $(HUB_HOME)
+HUB_IP ?= 127.0.0.1
+IDLE_TIMEOUT ?= 3600
+# Optional: CLASS_LIST=students.csv (id,name,email), SSL_CERT=cert.pem SSL_KEY=key.pem,
+# HUB_URL=https://hub.example.org:8000 (for the links), HUB_ALLOW_HTTP=1 (TLS done in front).
+HUB_ARGS = --base $(HUB_DIR) --port $(PORT) --students $(STUDENTS) --prefix $(HUB_PREFIX) \
+	--home-base $(HUB_HOME) --ip $(HUB_IP) --idle-timeout $(IDLE_TIMEOUT) \
+	$(if $(CLASS_LIST),--class-list $(CLASS_LIST),) \
+	$(if $(SSL_CERT),--ssl-cert $(SSL_CERT),) $(if $(SSL_KEY),--ssl-key $(SSL_KEY),) \
+	$(if $(HUB_URL),--public-url $(HUB_URL),) $(if $(HUB_ALLOW_HTTP),--allow-http,) \
+	$(if $(EXCHANGE),--exchange $(EXCHANGE),)
+# EXCHANGE=ngshare: the ngshare service in an environment of its own (hub/ngshare/venv) and
+# ngshare-exchange without its dependencies (hub/ngshare/site-packages); docs/hub/ngshare.md.
+NGSHARE := hub/ngshare/venv/.installed
+$(NGSHARE): hub/requirements-ngshare.txt hub/requirements-ngshare-exchange.txt | $(STAMP)
+	rm -rf hub/ngshare
+	$(PY) -m venv hub/ngshare/venv
+	hub/ngshare/venv/bin/python -m pip install --quiet --disable-pip-version-check -r hub/requirements-ngshare.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --target hub/ngshare/site-packages \
+	  -r hub/requirements-ngshare-exchange.txt
+	@touch $@
 
-test-hub: $(STAMP) $(CHP)  ## the class on JupyterHub end to end in Chromium, and isolation (root; ~3 min)
+hub: $(STAMP) $(CHP) $(if $(filter ngshare,$(EXCHANGE)),$(NGSHARE),)  ## a real class on JupyterHub, as root (HUB_IP=127.0.0.1 PORT=8000, SSL_CERT/SSL_KEY, CLASS_LIST=csv or STUDENTS=3, IDLE_TIMEOUT=3600, EXCHANGE=ngshare, HUB_DIR); Ctrl-C stops it
+	$(PY) -m hub.classroom up $(HUB_ARGS)
+
+hub-link: $(STAMP)  ## a new one-time first-login link for a class-list student (ID=...; same HUB_* settings as make hub)
+	@test -n "$(ID)" || { echo "make hub-link: expected ID=<student id from the class list>"; exit 2; }
+	$(PY) -m hub.classroom new-link $(ID) $(HUB_ARGS)
+
+test-hub: $(STAMP) $(CHP) $(NGSHARE)  ## the class on JupyterHub end to end in Chromium, and isolation (root; ~3 min)
 	$(PY) -m pytest -p no:xdist tests/hub -m hub
 
 lint: $(STAMP)  ## ruff (PEP 8, pyflakes, imports)

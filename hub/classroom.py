@@ -1,11 +1,16 @@
-"""`make hub`: a real class on this machine, on 127.0.0.1.
+"""`make hub`: a real class on this machine, on 127.0.0.1 or (with TLS) any address.
 
 ``python -m hub.classroom up`` (as root) sets up, idempotently, and then runs:
 
-- local Unix users: one instructor and ``--students`` students (``<prefix>instructor``,
-  ``<prefix>student1`` ...), each home 0700;
-- one password per person, printed once when it is made and kept in
-  ``<base>/hub/passwords.txt`` (0600, root); the hub checks scrypt hashes only;
+- local Unix users: one instructor and either the students of a class list
+  (``--class-list``: a CSV of id, name, email; each id is the Unix user, the hub's user
+  and the nbgrader student id) or ``--students`` made-up ones (``<prefix>student1`` ...),
+  each home 0700; a bad class list stops everything before anything is made;
+- the instructor's password (and made-up students'), printed once when it is made and
+  kept in ``<base>/hub/passwords.txt`` (0600, root); each student of a class list gets a
+  first-login link instead, printed once (and kept in ``<base>/hub/first-logins.csv``,
+  0600, for mailing), that works once: the student chooses their password with it
+  (hub/parts.py); the hub checks scrypt hashes only;
 - the class's Python environment ``<venv>``, built from requirements.txt with an
   interpreter every user can run (the project's own .venv may sit under a 0700 home);
 - nbgrader's file-system exchange ``<base>/exchange``: root-owned, ``ugo+rwx`` as
@@ -18,7 +23,10 @@
 - the assignment generated and released to the exchange (``--no-release``: left to the
   instructor's Formgrader);
 - JupyterHub (the project's .venv, as root) with configurable-http-proxy from
-  hub/node_modules and LocalProcessSpawner: each server runs as its own user.
+  hub/node_modules and LocalProcessSpawner: each server runs as its own user; on
+  ``--ip`` (127.0.0.1 by default), over TLS with ``--ssl-cert``/``--ssl-key`` (required
+  on any other address unless ``--allow-http``); jupyterhub-idle-culler as a hub service
+  stops servers idle for ``--idle-timeout`` seconds (their files stay).
 
 Ctrl-C (or SIGTERM) stops the hub, which stops every server and the proxy; then no
 process of the class's users may be left, and any that is, is named and stopped.
@@ -27,14 +35,19 @@ process of the class's users may be left, and any that is, is named and stopped.
 from __future__ import annotations
 
 import argparse
+import csv
+import errno
 import hashlib
+import ipaddress
 import json
 import os
 import pwd
+import re
 import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -52,8 +65,19 @@ MARK = "attention course hub"
 #: What the instructor's copy of the course holds (src.course builds the source from it).
 COURSE_FILES = ("nbgrader_config.py", "verify.py", "src", "data", "complete_lesson.ipynb",
                 "lesson.ipynb")
-#: No JupyterLab news popup for anyone.
-LAB_SETTINGS = {"apputils-extension/notification": {"fetchNews": "false"}}
+#: JupyterLab's defaults for everyone on the hub, in the class's environment
+#: (<venv>/share/jupyter/lab/settings/overrides.json, JupyterLab's own mechanism; a
+#: person's own settings still win): no "get notified about Jupyter news?" pop-up.
+LAB_OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}}
+#: What a class list's id may be: a Unix user name (useradd's default rule, lowercase,
+#: at most 32 characters), which is also the hub's user name (JupyterHub lowercases
+#: names) and the nbgrader student id (nbgrader separates the parts of a submission's
+#: name with "+", and the exchange's paths use it).
+SAFE_ID = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+CLASS_LIST_COLUMNS = ("id", "name", "email")
+EMAIL = re.compile(r"[^@\s,;<>]+@[^@\s,;<>]+\.[^@\s,;<>]+")
+#: Shortest password a student may choose at first login.
+MIN_PASSWORD = 8
 #: nbgrader's instructor tools, switched off for students (server side and in the UI).
 INSTRUCTOR_ONLY_SERVER = ("nbgrader.server_extensions.formgrader",
                           "nbgrader.server_extensions.course_list")
@@ -63,17 +87,32 @@ HUB_CONFIG_COURSE = '''"""Written by `make hub`: the course's configuration, the
 load_subconfig("nbgrader_config.py", path={root!r})  # noqa: F821
 c = get_config()  # noqa: F821
 c.CourseDirectory.course_id = {course_id!r}
-c.Exchange.root = {exchange!r}
+{exchange}
 '''
 USER_NBGRADER_CONFIG = '''"""Written by `make hub`: this class's course and nbgrader exchange."""
 c = get_config()  # noqa: F821
 c.CourseDirectory.course_id = {course_id!r}
-c.Exchange.root = {exchange!r}
+{exchange}
 '''
+#: EXCHANGE=ngshare: the service's environment and nbgrader's side (Makefile, $(NGSHARE)).
+#: ("venv" and "site-packages": names ruff and other tools skip by default.)
+NGSHARE_ENV = ROOT / "hub" / "ngshare" / "venv"
+NGSHARE_EXCHANGE = ROOT / "hub" / "ngshare" / "site-packages"
+#: The hub service that is ngshare's admin: it registers the course and its students.
+NGSHARE_ADMIN = "attention-setup"
 
 
 class HubError(Exception):
     """Something the operator must fix; the message says what and how."""
+
+
+@dataclass(frozen=True)
+class Student:
+    """One line of a class list."""
+
+    id: str
+    name: str
+    email: str
 
 
 @dataclass
@@ -88,10 +127,24 @@ class Classroom:
     venv: Path | None = None  # default: <base>/venv
     release: bool = True
     extra_lab_settings: dict = field(default_factory=dict)
+    #: The class list's students; None: ``students`` made-up ones.
+    roster: list[Student] | None = None
+    ip: str = "127.0.0.1"
+    ssl_cert: Path | None = None
+    ssl_key: Path | None = None
+    allow_http: bool = False
+    #: Where people reach the hub, for the banner and the links (default from ip and port).
+    public_url: str | None = None
+    idle_timeout: int = 3600
+    #: nbgrader's exchange: "fs" (a shared directory) or "ngshare" (a hub service).
+    exchange_kind: str = "fs"
+    ngshare_port: int = 0  # chosen by setup()
 
     def __post_init__(self):
         self.base, self.home_base = Path(self.base), Path(self.home_base)
         self.venv = Path(self.venv) if self.venv else self.base / "venv"
+        self.ssl_cert = Path(self.ssl_cert) if self.ssl_cert else None
+        self.ssl_key = Path(self.ssl_key) if self.ssl_key else None
 
     @property
     def state(self) -> Path:
@@ -107,6 +160,8 @@ class Classroom:
 
     @property
     def student_names(self) -> list[str]:
+        if self.roster is not None:
+            return [st.id for st in self.roster]
         return [f"{self.prefix}student{i}" for i in range(1, self.students + 1)]
 
     @property
@@ -135,18 +190,148 @@ class Classroom:
         return self.state / "passwords.scrypt.json"
 
     @property
+    def first_logins(self) -> Path:
+        """{user: sha256 of their unused first-login code} (the hub consumes them)."""
+        return self.state / "first-logins.json"
+
+    @property
+    def first_login_links(self) -> Path:
+        """id, name, email, link of each link handed out (0600, root; for mailing)."""
+        return self.state / "first-logins.csv"
+
+    @property
+    def saved_roster(self) -> Path:
+        return self.state / "class-list.json"
+
+    @property
+    def ngshare_url(self) -> str:
+        """ngshare as the users' servers reach it: its own port, on this machine."""
+        return f"http://127.0.0.1:{self.ngshare_port}/services/ngshare"
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.ssl_cert else "http"
+
+    @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        """Where people reach the hub."""
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = self.ip
+        if _wildcard(host):
+            host = socket.getfqdn()
+        return f"{self.scheme}://{_url_host(host)}:{self.port}"
+
+    @property
+    def local_url(self) -> str:
+        """Where this machine reaches the hub (the start-up probe)."""
+        host = "127.0.0.1" if _wildcard(self.ip) else self.ip
+        return f"{self.scheme}://{_url_host(host)}:{self.port}"
+
+
+def _wildcard(ip: str) -> bool:
+    return ip in ("0.0.0.0", "::", "")
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+# --------------------------------------------------------------- class list
+def parse_class_list(path: Path, instructor: str | None = None) -> list[Student]:
+    """The students of a class list CSV (header id,name,email); HubError naming every
+    problem (line by line: what was expected, what was seen) if any."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's BOM is fine
+    except FileNotFoundError:
+        raise HubError(f"the class list {path} does not exist (expected a CSV file with the "
+                       "header id,name,email)") from None
+    except UnicodeDecodeError as exc:
+        raise HubError(f"the class list {path} is not UTF-8 text (byte {exc.start}): expected "
+                       "a CSV saved as UTF-8 with the header id,name,email") from None
+    except OSError as exc:
+        raise HubError(f"cannot read the class list {path}: {exc}") from None
+    rows = list(csv.reader(text.splitlines()))
+    while rows and not any(cell.strip() for cell in rows[0]):
+        rows.pop(0)
+    if not rows:
+        raise HubError(f"the class list {path} is empty: expected a header line id,name,email "
+                       "and one line per student")
+    header = [h.strip().lower() for h in rows[0]]
+    missing = [c for c in CLASS_LIST_COLUMNS if c not in header]
+    if missing:
+        raise HubError(f"the class list {path} lacks the column(s) {', '.join(missing)}: "
+                       f"expected a header with {', '.join(CLASS_LIST_COLUMNS)} (any order), "
+                       f"saw {', '.join(repr(h) for h in rows[0]) or 'an empty line'}. "
+                       "Nothing was created.")
+    dupes = sorted({h for h in header if header.count(h) > 1 and h in CLASS_LIST_COLUMNS})
+    if dupes:
+        raise HubError(f"the class list {path} has the column(s) {', '.join(dupes)} more "
+                       "than once in its header: expected each of id, name, email once. "
+                       "Nothing was created.")
+    col = {c: header.index(c) for c in CLASS_LIST_COLUMNS}
+    problems, students, seen = [], [], {}
+    for line, row in enumerate(rows[1:], 2):
+        if not any(cell.strip() for cell in row):
+            continue  # blank lines
+        if len(row) != len(header):
+            problems.append(f"line {line}: {len(row)} fields, expected {len(header)} like the "
+                            "header (a name or e-mail with a comma needs double quotes)")
+            continue
+        sid, name, email = (row[col[c]].strip() for c in CLASS_LIST_COLUMNS)
+        if not SAFE_ID.fullmatch(sid):
+            problems.append(f"line {line}: id {sid!r} is not a safe user name: expected a "
+                            "lowercase letter, then up to 31 lowercase letters, digits, "
+                            "'_' or '-' (it becomes the Unix user, the hub's user and the "
+                            "nbgrader student id)")
+        elif sid in seen:
+            problems.append(f"line {line}: id {sid!r} again (first on line {seen[sid]}): "
+                            "expected each id once")
+        elif sid == instructor:
+            problems.append(f"line {line}: id {sid!r} is the instructor's user name: expected "
+                            "students only")
+        seen.setdefault(sid, line)
+        if not name or any(ord(ch) < 32 for ch in name):
+            problems.append(f"line {line}: name {name!r}: expected a non-empty name without "
+                            "control characters")
+        if not EMAIL.fullmatch(email):
+            problems.append(f"line {line}: e-mail {email!r}: expected one address like "
+                            "ada@example.org")
+        students.append(Student(sid, name, email))
+    if not students and not problems:
+        problems.append("no students: expected one line per student after the header")
+    if problems:
+        shown = problems[:20] + ([f"... and {len(problems) - 20} more"]
+                                 if len(problems) > 20 else [])
+        raise HubError(f"the class list {path} has {len(problems)} problem(s); nothing was "
+                       "created:\n  " + "\n  ".join(shown))
+    return students
+
+
+def load_saved_roster(room: Classroom) -> list[Student] | None:
+    """The class list of an earlier run (``make hub`` without CLASS_LIST keeps it)."""
+    try:
+        return [Student(**d) for d in json.loads(room.saved_roster.read_text())]
+    except FileNotFoundError:
+        return None
 
 
 # ------------------------------------------------------------------ checks
-def port_in_use(port: int) -> bool:
-    with socket.socket() as s:
+def port_in_use(port: int, ip: str = "127.0.0.1") -> bool:
+    """Whether ``ip``:``port`` is taken (HubError if ``ip`` is not this machine's)."""
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    with socket.socket(family) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return True
+            s.bind((ip, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+            raise HubError(f"cannot listen on {ip} ({exc.strerror}): expected an address of "
+                           "this machine (see `hostname -I`), 0.0.0.0 for all, or the default "
+                           "127.0.0.1, e.g. `make hub HUB_IP=0.0.0.0 SSL_CERT=... SSL_KEY=...`"
+                           ) from None
     return False
 
 
@@ -162,9 +347,12 @@ def preflight(room: Classroom) -> None:
         raise HubError(
             f"expected to run as root (to create the class's Unix users and start each "
             f"server as its user), but running as uid {os.geteuid()}: run `sudo make hub`")
-    if port_in_use(room.port):
-        raise HubError(f"port {room.port} on 127.0.0.1 is in use (another hub or server?): "
+    check_address(room)
+    if port_in_use(room.port, room.ip):
+        raise HubError(f"port {room.port} on {room.ip} is in use (another hub or server?): "
                        f"stop it, or choose another port: `make hub PORT={room.port + 10}`")
+    if room.roster is not None:
+        check_roster_accounts(room)
     if shutil.which("bwrap") is None:
         raise HubError("bubblewrap (bwrap) is not installed, and every grading kernel runs "
                        "in it: `apt-get install bubblewrap`")
@@ -177,6 +365,64 @@ def preflight(room: Classroom) -> None:
                        "installs it with `npm ci --prefix hub` from hub/package-lock.json")
     if shutil.which("useradd") is None:
         raise HubError("useradd is missing: install the `passwd` package")
+    if room.exchange_kind not in ("fs", "ngshare"):
+        raise HubError(f"EXCHANGE={room.exchange_kind!r}: expected fs (nbgrader's shared "
+                       "directory, the default) or ngshare")
+    built = (NGSHARE_ENV / ".installed").exists() and (NGSHARE_EXCHANGE /
+                                                         "ngshare_exchange").is_dir()
+    if room.exchange_kind == "ngshare" and not built:
+        raise HubError(f"the ngshare exchange is not installed ({NGSHARE_ENV}, "
+                       f"{NGSHARE_EXCHANGE}): run `make hub EXCHANGE=ngshare`, which builds "
+                       "them from hub/requirements-ngshare*.txt")
+
+
+def check_address(room: Classroom) -> None:
+    """The bind address and TLS: a certificate and its key together, readable, matching;
+    never a login form in clear text on an address other machines reach."""
+    try:
+        addr = ipaddress.ip_address(room.ip)
+    except ValueError:
+        raise HubError(f"HUB_IP {room.ip!r} is not an IP address: expected e.g. 127.0.0.1 "
+                       "(this machine only, the default), 0.0.0.0 (every interface) or one "
+                       "of `hostname -I`") from None
+    if bool(room.ssl_cert) != bool(room.ssl_key):
+        given, lacking = (("SSL_CERT", "SSL_KEY") if room.ssl_cert else ("SSL_KEY", "SSL_CERT"))
+        raise HubError(f"{given} was given without {lacking}: expected both, the "
+                       "certificate (PEM, with its chain) and its private key (PEM)")
+    if room.ssl_cert:
+        for what, path in (("SSL_CERT", room.ssl_cert), ("SSL_KEY", room.ssl_key)):
+            if not path.is_file() or not os.access(path, os.R_OK):
+                raise HubError(f"{what} {path} is not a readable file: expected a PEM file")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_cert_chain(room.ssl_cert, room.ssl_key)
+        except ssl.SSLError as exc:
+            raise HubError(f"SSL_CERT {room.ssl_cert} and SSL_KEY {room.ssl_key} do not "
+                           f"load together ({exc.reason or exc}): expected a PEM certificate "
+                           "and the PEM private key that belongs to it") from None
+    elif not addr.is_loopback and not room.allow_http:
+        raise HubError(f"HUB_IP {room.ip} is reachable from other machines, and without TLS "
+                       "every password would cross the network in clear text: expected "
+                       "SSL_CERT=cert.pem SSL_KEY=key.pem (or HUB_ALLOW_HTTP=1 when a proxy "
+                       "in front of the hub does TLS)")
+
+
+def check_roster_accounts(room: Classroom) -> None:
+    """Every id of the class list is a new user or one `make hub` made (checked before
+    anything is created)."""
+    problems = []
+    for sid in room.users:
+        try:
+            pw = pwd.getpwnam(sid)
+        except KeyError:
+            continue
+        if pw.pw_gecos.split(",")[0] != MARK:
+            problems.append(f"{sid!r} (uid {pw.pw_uid}, comment {pw.pw_gecos!r})")
+    if problems:
+        raise HubError("the class list names account(s) that exist on this machine and were "
+                       f"not created by `make hub`: {', '.join(problems)}. Expected new user "
+                       "names (or ones an earlier `make hub` made): change those ids, e.g. "
+                       "with a prefix. Nothing was created.")
 
 
 # ------------------------------------------------------------------- users
@@ -234,13 +480,15 @@ def remove_users(room: Classroom) -> None:
 
 
 def ensure_passwords(room: Classroom) -> dict[str, str]:
-    """A password for each user that has none yet; return only the new ones."""
+    """A password for each user that has none yet (the instructor; made-up students, not
+    a class list's, who choose theirs at first login); return only the new ones."""
     from hub.parts import hash_password  # JupyterHub's; the checks before need only stdlib
 
     room.state.mkdir(parents=True, exist_ok=True)
     os.chmod(room.state, 0o700)
     known = read_passwords(room) if room.passwords.exists() else {}
-    new = {u: secrets.token_urlsafe(12) for u in room.users if u not in known}
+    given = [room.instructor] if room.roster is not None else room.users
+    new = {u: secrets.token_urlsafe(12) for u in given if u not in known}
     known.update(new)
     _write_private(room.passwords, "# user password (make hub; keep this file private)\n"
                    + "".join(f"{u} {p}\n" for u, p in sorted(known.items())))
@@ -252,6 +500,52 @@ def ensure_passwords(room: Classroom) -> dict[str, str]:
             hashes[u] = hash_password(p)
     _write_private(room.password_hashes, json.dumps(hashes, indent=1, sort_keys=True))
     return new
+
+
+def first_login_code_hash(code: str) -> str:
+    """What the hub keeps of a first-login code (128 random bits: a plain hash suffices)."""
+    return hashlib.sha256(code.encode()).hexdigest()
+
+
+def ensure_first_logins(room: Classroom, reissue: tuple[str, ...] = ()) -> dict[str, str]:
+    """A one-time first-login link for each student of the class list who has neither a
+    password nor an unused link (and for each of ``reissue``, whose password is then
+    dropped: a forgotten password); return {id: link} of the new ones only."""
+    if room.roster is None:
+        return {}
+    hashes = json.loads(room.password_hashes.read_text()) if room.password_hashes.exists() \
+        else {}
+    pending = json.loads(room.first_logins.read_text()) if room.first_logins.exists() else {}
+    unknown = [u for u in reissue if u not in room.student_names]
+    if unknown:
+        raise HubError(f"not a student of the class list: {', '.join(unknown)} (expected one "
+                       f"of {', '.join(room.student_names)})")
+    new = {}
+    for st in room.roster:
+        if st.id in reissue or (st.id not in hashes and st.id not in pending):
+            code = secrets.token_urlsafe(16)
+            pending[st.id] = first_login_code_hash(code)
+            hashes.pop(st.id, None)
+            new[st.id] = f"{room.url}/hub/first-login?user={st.id}&code={code}"
+    if new:
+        if reissue:
+            _write_private(room.password_hashes, json.dumps(hashes, indent=1, sort_keys=True))
+        _write_private(room.first_logins, json.dumps(pending, indent=1, sort_keys=True))
+        old = room.first_login_links.read_text() if room.first_login_links.exists() else \
+            "id,name,email,first_login_link\n"
+        by_id = {st.id: st for st in room.roster}
+        lines = [old] + [_csv_line([u, by_id[u].name, by_id[u].email, link])
+                         for u, link in new.items()]
+        _write_private(room.first_login_links, "".join(lines))
+    return new
+
+
+def _csv_line(cells: list[str]) -> str:
+    import io
+
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerow(cells)
+    return out.getvalue()
 
 
 def read_passwords(room: Classroom) -> dict[str, str]:
@@ -368,14 +662,18 @@ def ensure_venv(room: Classroom, log=print) -> None:
                 shutil.rmtree(room.venv / part, ignore_errors=True)
                 subprocess.run(["cp", "-a", str(source / part), str(dest)], check=True,
                                timeout=1800)
-        shebang = f"#!{source}/bin/python".encode()
+        # A .venv reached through a symlink (a git worktree's) has scripts whose
+        # shebangs name its real path: rewrite both spellings.
+        shebangs = {f"#!{p}/bin/python".encode() for p in (source, source.resolve())}
         for script in (source / "bin").iterdir():
             target = room.venv / "bin" / script.name
             if target.exists() or target.is_symlink() or not script.is_file():
                 continue  # the new venv's own python and activate scripts
             data = script.read_bytes()
-            if data.startswith(shebang):
-                data = f"#!{room.venv}/bin/python".encode() + data[len(shebang):]
+            for shebang in shebangs:
+                if data.startswith(shebang):
+                    data = f"#!{room.venv}/bin/python".encode() + data[len(shebang):]
+                    break
             target.write_bytes(data)
             target.chmod(0o755)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -392,6 +690,18 @@ def ensure_venv(room: Classroom, log=print) -> None:
                        f"{room.instructor} (expected torch, nbgrader and jupyterhub to "
                        f"import):\n{check.stderr[-2000:]}")
     stamp.write_text(_requirements_digest())
+
+
+def ensure_lab_overrides(room: Classroom) -> None:
+    """JupyterLab's defaults for everyone (LAB_OVERRIDES), written as a new file: the
+    venv's files are hard links to the project's, never changed in place."""
+    path = room.venv / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
+    tmp.write_text(json.dumps(LAB_OVERRIDES, indent=1))
+    tmp.chmod(0o644)
+    os.replace(tmp, path)
 
 
 # ----------------------------------------------------------- the exchange
@@ -416,13 +726,34 @@ def _write_owned(path: Path, text: str, user: str) -> None:
     os.chown(path, pw.pw_uid, pw.pw_gid)
 
 
+def exchange_config(room: Classroom) -> str:
+    """The nbgrader configuration lines of the class's exchange."""
+    if room.exchange_kind == "ngshare":
+        return ("import ngshare_exchange  # noqa: E402\n"
+                f"ngshare_exchange.configureExchange(c, {room.ngshare_url!r})")
+    return f"c.Exchange.root = {str(room.exchange)!r}"
+
+
+def ensure_ngshare_exchange(room: Classroom) -> None:
+    """nbgrader's side of ngshare in the class's environment, as new files (the venv's
+    other files are hard links to the project's)."""
+    site = room.venv / "lib" / "python3.11" / "site-packages"
+    for part in NGSHARE_EXCHANGE.iterdir():
+        if part.name.startswith("ngshare_exchange"):
+            shutil.rmtree(site / part.name, ignore_errors=True)
+            shutil.copytree(part, site / part.name,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            subprocess.run(["chmod", "-R", "a+rX", str(site / part.name)], check=True,
+                           timeout=60)
+
+
 def ensure_user_config(room: Classroom) -> None:
     """Each person's ~/.jupyter: the course and exchange; students without grader tools."""
-    settings = {**LAB_SETTINGS, **room.extra_lab_settings}
+    settings = room.extra_lab_settings
     for user in room.users:
         jupyter = room.home(user) / ".jupyter"
         _write_owned(jupyter / "nbgrader_config.py", USER_NBGRADER_CONFIG.format(
-            course_id=COURSE_ID, exchange=str(room.exchange)), user)
+            course_id=COURSE_ID, exchange=exchange_config(room)), user)
         for name, value in settings.items():
             _write_owned(jupyter / "lab" / "user-settings" / "@jupyterlab" /
                          f"{name}.jupyterlab-settings", json.dumps(value), user)
@@ -456,19 +787,23 @@ def ensure_course(room: Classroom, log=print) -> None:
             shutil.copyfile(src, dst)
     room.course_dir.mkdir(exist_ok=True)
     (room.course_dir / "nbgrader_config.py").write_text(HUB_CONFIG_COURSE.format(
-        root=str(copy), course_id=COURSE_ID, exchange=str(room.exchange)))
+        root=str(copy), course_id=COURSE_ID, exchange=exchange_config(room)))
     subprocess.run(["chown", "-R", f"{pw.pw_uid}:{pw.pw_gid}", str(copy)], check=True,
                    timeout=120)
     python = str(room.venv / "bin" / "python")
     # The source (src.course.build_source, the same as `make release`) and the students.
-    script = ("import sys\nfrom nbgrader.api import Gradebook\nfrom src.course import "
+    script = ("import json, sys\nfrom nbgrader.api import Gradebook\nfrom src.course import "
               "build_source\nbuild_source()\nwith Gradebook(sys.argv[1], sys.argv[2]) as gb:\n"
-              "    for i, s in enumerate(sys.argv[3:], 1):\n        gb.update_or_create_student("
-              "s, last_name='Student', first_name=str(i))\n")
+              "    for s in json.loads(sys.argv[3]):\n"
+              "        gb.update_or_create_student(s.pop('id'), **s)\n")
     run_as(room.instructor, [python, "-c", script,
                              f"sqlite:///{room.course_dir / 'gradebook.db'}", COURSE_ID,
-                             *room.student_names], copy, env={"PYTHONPATH": str(copy)})
-    if room.release:
+                             json.dumps(gradebook_students(room))], copy,
+           env={"PYTHONPATH": str(copy)})
+    if room.release and room.exchange_kind == "ngshare":
+        log("ngshare: the instructor releases the assignment in the Formgrader (the "
+            "exchange is a hub service, not up yet).")
+    elif room.release:
         released = room.exchange / COURSE_ID / "outbound" / ASSIGNMENT
         if released.exists():
             log(f"The assignment is already released ({released}).")
@@ -481,18 +816,45 @@ def ensure_course(room: Classroom, log=print) -> None:
                 "PATH": f"{room.venv / 'bin'}:/usr/bin:/bin"})
 
 
-def setup(room: Classroom, log=print) -> dict[str, str]:
-    """Everything before the hub starts; return the passwords made now (to print once)."""
+def gradebook_students(room: Classroom) -> list[dict]:
+    """nbgrader's student records: a class list's names as "Last, First" or split at the
+    last space of "First Last" (the Formgrader shows "last, first"), its e-mails;
+    made-up students numbered."""
+    if room.roster is None:
+        return [{"id": s, "last_name": "Student", "first_name": str(i)}
+                for i, s in enumerate(room.student_names, 1)]
+    out = []
+    for st in room.roster:
+        if "," in st.name:
+            last, _, first = (part.strip() for part in st.name.partition(","))
+        else:
+            first, _, last = st.name.rpartition(" ")
+        out.append({"id": st.id, "first_name": first or None, "last_name": last,
+                    "email": st.email})
+    return out
+
+
+def setup(room: Classroom, log=print) -> tuple[dict[str, str], dict[str, str]]:
+    """Everything before the hub starts; return the passwords and the first-login links
+    made now (to print once)."""
     preflight(room)
     ensure_exchange(room)
     created = ensure_users(room)
     if created:
         log(f"Created users: {', '.join(created)}")
     new = ensure_passwords(room)
+    if room.roster is not None:
+        _write_private(room.saved_roster, json.dumps(
+            [st.__dict__ for st in room.roster], indent=1))
+    links = ensure_first_logins(room)
     ensure_venv(room, log)
+    ensure_lab_overrides(room)
+    if room.exchange_kind == "ngshare":
+        room.ngshare_port = free_port()
+        ensure_ngshare_exchange(room)
     ensure_user_config(room)
     ensure_course(room, log)
-    return new
+    return new, links
 
 
 # ------------------------------------------------------------------ running
@@ -502,25 +864,37 @@ def write_settings(room: Classroom) -> Path:
         "state": str(room.state), "port": room.port, "hub_port": free_port(),
         "proxy_api_port": free_port(), "proxy": str(PROXY), "venv": str(room.venv),
         "password_hashes": str(room.password_hashes), "users": room.users,
-        "instructor": room.instructor, "course_dir": str(room.course_dir)}, indent=1))
+        "instructor": room.instructor, "course_dir": str(room.course_dir),
+        "ip": room.ip, "ssl_cert": str(room.ssl_cert or ""), "ssl_key": str(room.ssl_key or ""),
+        "first_logins": str(room.first_logins), "min_password": MIN_PASSWORD,
+        "idle_timeout": room.idle_timeout, "url": room.url,
+        "exchange": room.exchange_kind, "ngshare_port": room.ngshare_port,
+        "ngshare_python": str(NGSHARE_ENV / "bin" / "python"),
+        "ngshare_admin": NGSHARE_ADMIN, "ngshare_admin_token": secrets.token_hex(32)},
+        indent=1))
     return path
 
 
 def wait_until_up(room: Classroom, proc: subprocess.Popen, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
+    # A probe of the process just started, on this machine: its certificate (maybe
+    # self-signed, maybe for a name, not this address) is not what is checked here.
+    context = ssl._create_unverified_context()
     while True:
         try:
-            with urllib.request.urlopen(f"{room.url}/hub/api", timeout=5) as r:
+            with urllib.request.urlopen(f"{room.local_url}/hub/api", timeout=5,
+                                        context=context) as r:
                 if r.status == 200:
                     return
         except (OSError, urllib.error.URLError):
             pass
         if proc.poll() is not None:
             raise HubError(f"JupyterHub exited with {proc.returncode} while starting "
-                           f"(expected it to answer on {room.url}); its log: "
+                           f"(expected it to answer on {room.local_url}); its log: "
                            f"{room.state / 'jupyterhub.log'}:\n{_tail(room)}")
         if time.monotonic() > deadline:
-            raise HubError(f"JupyterHub did not answer on {room.url} within {timeout:.0f} s; "
+            raise HubError(f"JupyterHub did not answer on {room.local_url} within "
+                           f"{timeout:.0f} s; "
                            f"its log:\n{_tail(room)}")
         time.sleep(0.5)
 
@@ -533,8 +907,8 @@ def _tail(room: Classroom, n: int = 30) -> str:
 
 
 def leftovers(room: Classroom) -> list[tuple[int, str]]:
-    """(pid, command) of every process still running as one of the class's users, and
-    the proxy if its pid file names a live one."""
+    """(pid, command) of every process still running as one of the class's users, this
+    hub's idle culler, and the proxy if its pid file names a live one."""
     uids = set()
     for u in room.users:
         try:
@@ -542,11 +916,15 @@ def leftovers(room: Classroom) -> list[tuple[int, str]]:
         except KeyError:
             pass
     out = []
+    marker = f"ATTENTION_HUB_STATE={room.state}".encode()  # the hub's idle culler
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
-            if d.stat().st_uid in uids:
+            mine = d.stat().st_uid in uids
+            if not mine and d.stat().st_uid == 0:
+                mine = marker in (d / "environ").read_bytes().split(b"\0")
+            if mine:
                 cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 out.append((int(d.name), cmd.strip()))
         except OSError:
@@ -599,17 +977,68 @@ def start(room: Classroom, log=print) -> subprocess.Popen:
     logf.close()
     try:
         wait_until_up(room, proc)
+        if room.exchange_kind == "ngshare":
+            register_ngshare_course(room, json.loads(settings.read_text())["ngshare_admin_token"])
     except BaseException:
         stop(proc, room, log)
         raise
     return proc
 
 
-def banner(room: Classroom, new: dict[str, str]) -> str:
+def register_ngshare_course(room: Classroom, token: str, timeout: float = 60) -> None:
+    """The course in ngshare, its instructor and its students (names, e-mails), as
+    ngshare's admin service; again on every start (existing ones are updated)."""
+    import urllib.parse
+
+    def call(path: str, data: dict | None = None) -> dict:
+        req = urllib.request.Request(
+            f"{room.ngshare_url}{path}", headers={"Authorization": f"token {token}"},
+            data=urllib.parse.urlencode(data).encode() if data is not None else None)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            return {"status": exc.code, **json.loads(exc.read() or b"{}")}
+
+    deadline = time.monotonic() + timeout
+    while True:  # the hub answers before its services do
+        try:
+            if call("/healthz").get("success"):
+                break
+        except (OSError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            raise HubError(f"ngshare did not answer on {room.ngshare_url} within {timeout:.0f} "
+                           f"s; the hub's log:\n{_tail(room)}")
+        time.sleep(0.5)
+    made = call(f"/course/{COURSE_ID}", {"instructors": json.dumps([room.instructor])})
+    if not made.get("success") and made.get("status") != 409:  # 409: made by an earlier run
+        raise HubError(f"ngshare refused the course {COURSE_ID}: {made}")
+    for st in gradebook_students(room):
+        fields = {k: v for k, v in st.items() if k != "id" and v}
+        added = call(f"/student/{COURSE_ID}/{st['id']}", fields)
+        if not added.get("success"):
+            raise HubError(f"ngshare refused the student {st['id']}: {added}")
+
+
+def banner(room: Classroom, new: dict[str, str], links: dict[str, str] | None = None) -> str:
+    students = room.student_names
+    shown = ", ".join(students[:8]) + (f" ... ({len(students)} in all)"
+                                       if len(students) > 8 else "")
     lines = [f"The class is up: log in at {room.url}/hub/login",
              f"  instructor: {room.instructor} (Nbgrader > Formgrader; course in "
              f"{room.course_dir})",
-             f"  students:   {', '.join(room.student_names)} (Nbgrader > Assignment List)"]
+             f"  students:   {shown} (Nbgrader > Assignment List)"]
+    if room.ssl_cert:
+        lines.append(f"  TLS: {room.ssl_cert}; listening on {room.ip}:{room.port}")
+    lines.append(f"  idle servers are stopped after {room.idle_timeout} s (files are kept)")
+    if links:
+        lines.append("First-login links (each works once: the student chooses a password "
+                     f"with it; also in {room.first_login_links}, mode 0600, for mailing):")
+        lines += [f"  {u:<22} {link}" for u, link in sorted(links.items())]
+    elif room.roster is not None:
+        lines.append(f"First-login links: none new (handed out before: {room.first_login_links}"
+                     "; a new one for a student: `python -m hub.classroom new-link ID`)")
     if new:
         lines.append("New passwords (shown only this once; kept in "
                      f"{room.passwords}, mode 0600):")
@@ -627,11 +1056,18 @@ def _interrupt(signum, frame):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="Run the course as a class on JupyterHub.")
-    p.add_argument("command", choices=["up", "setup"],
-                   help="up: set up and run until Ctrl-C; setup: set up only")
+    p.add_argument("command", choices=["up", "setup", "new-link"],
+                   help="up: set up and run until Ctrl-C; setup: set up only; new-link ID...: "
+                        "a new first-login link for students of the class list (a lost link "
+                        "or a forgotten password; their old password stops working)")
+    p.add_argument("ids", nargs="*", help="new-link: the students' ids")
     p.add_argument("--base", default=os.environ.get("HUB_DIR", "/srv/attention-hub"))
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--students", type=int, default=3)
+    p.add_argument("--students", type=int, default=3,
+                   help="made-up students, when there is no class list")
+    p.add_argument("--class-list", default=None,
+                   help="CSV with the header id,name,email: the class's students (kept for "
+                        "later runs)")
     p.add_argument("--prefix", default="att-", help="of the user names")
     p.add_argument("--home-base", default="/home")
     p.add_argument("--venv", default=None, help="the class's Python (default: BASE/venv)")
@@ -639,19 +1075,40 @@ def main(argv=None) -> int:
                    help="leave generating and releasing to the instructor's Formgrader")
     p.add_argument("--lab-settings", default=None,
                    help="JSON {plugin: settings} added to every user's JupyterLab settings")
+    p.add_argument("--ip", default="127.0.0.1", help="the address to listen on")
+    p.add_argument("--ssl-cert", default=None, help="TLS certificate (PEM)")
+    p.add_argument("--ssl-key", default=None, help="its private key (PEM)")
+    p.add_argument("--allow-http", action="store_true",
+                   help="plain HTTP on an address other than loopback (TLS done in front)")
+    p.add_argument("--public-url", default=None,
+                   help="where people reach the hub, for the links (default: from ip, port)")
+    p.add_argument("--idle-timeout", type=int, default=3600,
+                   help="seconds after which an idle server is stopped (files are kept)")
+    p.add_argument("--exchange", default="fs", help="nbgrader's exchange: fs or ngshare")
     a = p.parse_args(argv)
-    room = Classroom(Path(a.base), a.port, a.students, a.prefix, Path(a.home_base),
-                     Path(a.venv) if a.venv else None, not a.no_release,
-                     json.loads(a.lab_settings) if a.lab_settings else {})
     try:
-        new = setup(room)
+        if a.idle_timeout < 10:
+            raise HubError(f"IDLE_TIMEOUT {a.idle_timeout}: expected at least 10 seconds")
+        room = Classroom(Path(a.base), a.port, a.students, a.prefix, Path(a.home_base),
+                         Path(a.venv) if a.venv else None, not a.no_release,
+                         json.loads(a.lab_settings) if a.lab_settings else {},
+                         ip=a.ip, ssl_cert=a.ssl_cert, ssl_key=a.ssl_key,
+                         allow_http=a.allow_http, public_url=a.public_url,
+                         idle_timeout=a.idle_timeout, exchange_kind=a.exchange)
+        if a.class_list:
+            room.roster = parse_class_list(Path(a.class_list), room.instructor)
+        else:
+            room.roster = load_saved_roster(room)
+        if a.command == "new-link":
+            return _new_link(room, a.ids)
+        new, links = setup(room)
         if a.command == "setup":
-            print(banner(room, new).splitlines()[0].replace("is up", "is set up"))
+            print(banner(room, new, links).replace("The class is up", "The class is set up"))
             return 0
         # Ctrl-C and SIGTERM both end the wait below; the hub is then stopped cleanly.
         signal.signal(signal.SIGTERM, _interrupt)
         proc = start(room)
-        print(banner(room, new), flush=True)
+        print(banner(room, new, links), flush=True)
         try:
             while proc.poll() is None:
                 time.sleep(0.5)
@@ -669,6 +1126,23 @@ def main(argv=None) -> int:
     except HubError as exc:
         print(f"make hub: {exc}", file=sys.stderr)
         return 2
+
+
+def _new_link(room: Classroom, ids: list[str]) -> int:
+    if room.roster is None:
+        raise HubError(f"no class list in {room.state}: expected a class set up with "
+                       "`make hub CLASS_LIST=students.csv`")
+    if not ids:
+        raise HubError("new-link: expected the ids of the students who need a new link")
+    settings = room.state / "settings.json"
+    if not room.public_url and settings.exists():  # the address of the last `make hub`
+        room.public_url = json.loads(settings.read_text()).get("url")
+    links = ensure_first_logins(room, reissue=tuple(ids))
+    for u, link in sorted(links.items()):
+        print(f"  {u:<22} {link}")
+    print(f"(each works once; also in {room.first_login_links}; the old link and password "
+          "no longer work)")
+    return 0
 
 
 if __name__ == "__main__":

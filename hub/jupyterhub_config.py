@@ -19,8 +19,14 @@ s = json.loads(Path(os.environ["ATTENTION_HUB_SETTINGS"]).read_text())
 state = Path(s["state"])
 c = get_config()  # noqa: F821  (provided by traitlets when it loads this file)
 
-# Everything on 127.0.0.1: the public port, the hub's API, the proxy's API.
-c.JupyterHub.bind_url = f"http://127.0.0.1:{s['port']}"
+# The public port on the chosen address (127.0.0.1 unless told), over TLS when given a
+# certificate (the proxy then serves it); the hub's API and the proxy's stay on 127.0.0.1.
+scheme = "https" if s["ssl_cert"] else "http"
+host = f"[{s['ip']}]" if ":" in s["ip"] else s["ip"]
+c.JupyterHub.bind_url = f"{scheme}://{host}:{s['port']}"
+if s["ssl_cert"]:
+    c.JupyterHub.ssl_cert = s["ssl_cert"]
+    c.JupyterHub.ssl_key = s["ssl_key"]
 c.JupyterHub.hub_bind_url = f"http://127.0.0.1:{s['hub_port']}"
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{s['proxy_api_port']}"
 # configurable-http-proxy from the project's hub/package-lock.json (npm ci), not global.
@@ -33,6 +39,10 @@ c.JupyterHub.pid_file = str(state / "jupyterhub.pid")
 
 c.JupyterHub.authenticator_class = PasswordFileAuthenticator
 c.PasswordFileAuthenticator.password_file = s["password_hashes"]
+c.PasswordFileAuthenticator.first_login_file = s["first_logins"]
+c.PasswordFileAuthenticator.min_password = s["min_password"]
+# The first-login page (hub/templates/first-login.html) extends JupyterHub's page.html.
+c.JupyterHub.template_paths = [str(ROOT / "hub" / "templates")]
 c.Authenticator.allowed_users = set(s["users"])
 c.Authenticator.admin_users = set()  # nobody may open another person's server
 
@@ -50,6 +60,44 @@ c.CourseSpawner.start_dirs = {s["instructor"]: s["course_dir"]}
 # Servers import torch and nbgrader: give a loaded machine time to start them.
 c.Spawner.start_timeout = 180
 c.Spawner.http_timeout = 180
+# Idle servers are stopped by jupyterhub-idle-culler, a service the hub starts and stops
+# (its README's set-up): the scopes it needs, nothing more. A stopped server's files stay;
+# the student's next visit starts it again. Activity is reported to the hub often enough
+# for the timeout (JupyterHub's defaults, 300 s, are meant for timeouts of an hour).
+timeout = int(s["idle_timeout"])
+activity = max(5, min(300, timeout // 4))
+c.JupyterHub.last_activity_interval = activity
+c.Spawner.environment["JUPYTERHUB_ACTIVITY_INTERVAL"] = str(activity)
+c.JupyterHub.services = [{
+    "name": "idle-culler",
+    "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={timeout}",
+                f"--cull-every={max(5, min(300, timeout // 2))}"],
+    # How `make hub`'s stop() recognises this hub's culler among processes (leftovers()).
+    "environment": {"ATTENTION_HUB_STATE": str(state)},
+}]
+c.JupyterHub.load_roles = [{
+    "name": "idle-culler",
+    "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
+    "services": ["idle-culler"],
+}]
+if s["exchange"] == "ngshare":
+    # nbgrader's exchange as a hub service (make hub EXCHANGE=ngshare; docs/hub/ngshare.md):
+    # ngshare from its own environment, its data in the hub's root-only state directory;
+    # it checks every caller's hub token. Its admin is a token-only service that
+    # hub/classroom.py uses to register the course, its instructor and its students.
+    # ngshare itself listens on every interface (its code: "Must listen on all
+    # interfaces for proxy"), on a port of its own.
+    c.JupyterHub.services += [{
+        "name": "ngshare",
+        "url": f"http://127.0.0.1:{s['ngshare_port']}",
+        "command": [s["ngshare_python"], "-m", "ngshare", "--admins", s["ngshare_admin"],
+                    "--database", f"sqlite:///{state / 'ngshare.sqlite'}",
+                    "--storage", f"{state / 'ngshare-files'}/"],
+        "environment": {"ATTENTION_HUB_STATE": str(state)},
+    }, {
+        "name": s["ngshare_admin"],
+        "api_token": s["ngshare_admin_token"],
+    }]
 # Stopping the hub stops every server it started, and the proxy.
 c.JupyterHub.cleanup_servers = True
 c.JupyterHub.cleanup_proxy = True

@@ -1,7 +1,8 @@
-"""The two JupyterHub parts `make hub` adds: a login against per-user passwords, and a
-local process spawner that starts the instructor's server in the course directory.
+"""The JupyterHub parts `make hub` adds: a login against per-user passwords, a one-time
+first-login page where a student of the class list chooses their password, and a local
+process spawner that starts the instructor's server in the course directory.
 
-Both are small subclasses of JupyterHub's own classes; hub/jupyterhub_config.py wires
+Each is a small subclass of JupyterHub's own classes; hub/jupyterhub_config.py wires
 them in. A real deployment swaps the authenticator for PAM, OAuth or LTI (README,
 "Running a real class") and keeps everything else.
 """
@@ -15,9 +16,13 @@ import os
 import secrets
 from pathlib import Path
 
+from jupyterhub._xsrf_utils import _set_xsrf_cookie
 from jupyterhub.auth import Authenticator
+from jupyterhub.handlers.login import LoginHandler
 from jupyterhub.spawner import LocalProcessSpawner, set_user_setuid
-from traitlets import Dict, Unicode
+from traitlets import Dict, Integer, Unicode
+
+from hub.classroom import _write_private, first_login_code_hash
 
 #: scrypt's cost parameters (RFC 7914's interactive-login figures): ~50 ms per login.
 SCRYPT = dict(n=2**14, r=8, p=1, dklen=32)
@@ -53,6 +58,55 @@ class PasswordFileAuthenticator(Authenticator):
     """
 
     password_file = Unicode(config=True, help="JSON {user: scrypt hash}, mode 0600")
+    first_login_file = Unicode(config=True,
+                               help="JSON {user: sha256 of their unused first-login code}")
+    min_password = Integer(8, config=True, help="shortest password chosen at first login")
+
+    def get_handlers(self, app):
+        return [*super().get_handlers(app), ("/first-login", FirstLoginHandler)]
+
+    #: What a student sees for a used, replaced or mistyped link.
+    USED = ("This first-login link has been used already, or is not valid. Log in with the "
+            "password you chose, or ask your instructor for a new link.")
+
+    def _pending(self) -> dict:
+        try:
+            return json.loads(Path(self.first_login_file).read_text())
+        except FileNotFoundError:
+            return {}
+
+    def code_is_valid(self, name: str, code: str) -> bool:
+        """Whether ``code`` is ``name``'s unused first-login code (it is not used up)."""
+        stored = self._pending().get(name)
+        return stored is not None and hmac.compare_digest(stored, first_login_code_hash(code))
+
+    def redeem(self, name: str, code: str, password: str,
+               repeat: str) -> tuple[int, str] | None:
+        """Use ``name``'s first-login ``code`` to set their password; None, or (HTTP
+        status, what is wrong for the student). The code works once: it is gone once the
+        password is set.
+
+        Runs on the hub's event loop without awaiting, so two submissions of one code
+        cannot both pass.
+        """
+        pending = self._pending()
+        if not self.code_is_valid(name, code):
+            self.log.warning("first login refused for %r: unknown or used code", name)
+            return 403, self.USED
+        if len(password) < self.min_password:
+            return 400, (f"Your password has {len(password)} characters: expected at least "
+                         f"{self.min_password}.")
+        if password != repeat:
+            return 400, "The two passwords differ: type the same password twice."
+        hashes = json.loads(Path(self.password_file).read_text()) \
+            if Path(self.password_file).exists() else {}
+        hashes[name] = hash_password(password)
+        _write_private(Path(self.password_file), json.dumps(hashes, indent=1, sort_keys=True))
+        del pending[name]
+        _write_private(Path(self.first_login_file), json.dumps(pending, indent=1,
+                                                               sort_keys=True))
+        self.log.info("first login: %s chose a password", name)
+        return None
 
     async def authenticate(self, handler, data):
         name, password = data.get("username", ""), data.get("password", "")
@@ -66,6 +120,46 @@ class PasswordFileAuthenticator(Authenticator):
             self.log.warning("failed login for %r", name)
             return None
         return name
+
+
+class FirstLoginHandler(LoginHandler):
+    """/hub/first-login?user=ID&code=CODE: the student chooses a password, once, and is
+    logged in. The login form's xsrf protection, JupyterHub's page template."""
+
+    async def _page(self, user="", code="", error=None, status=200, form=True):
+        xsrf_token = self.xsrf_token
+        if self.request.headers.get("Sec-Fetch-Mode", "navigate") == "navigate":
+            _set_xsrf_cookie(self, self._xsrf_token_id, cookie_path=self.hub.base_url,
+                             xsrf_token=xsrf_token)
+        self.set_status(status)
+        html = await self.render_template(
+            "first-login.html", xsrf=xsrf_token.decode("ascii"), first_user=user,
+            code=code, error=error, min_password=self.authenticator.min_password,
+            action=self.request.path, form=form)
+        self.finish(html)
+
+    async def get(self):
+        name = self.get_argument("user", "", strip=True)
+        code = self.get_argument("code", "", strip=True)
+        if not self.authenticator.code_is_valid(name, code):  # said at once, not after typing
+            return await self._page(name, "", self.authenticator.USED, 403, form=False)
+        await self._page(name, code)
+
+    async def post(self):
+        name = self.get_argument("user", "", strip=True)
+        code = self.get_argument("code", "", strip=True)
+        password = self.get_argument("password", "")
+        refused = self.authenticator.redeem(name, code, password,
+                                            self.get_argument("repeat", ""))
+        if refused:
+            status, error = refused
+            return await self._page(name, code, error, status, form=status != 403)
+        user = await self.login_user({"username": name, "password": password})
+        if user is None:  # not allowed on this hub (no longer on the class list)
+            return await self._page(name, "", "Your password is set, but this hub does not "
+                                    "let you in: ask your instructor.", 403, form=False)
+        self._jupyterhub_user = user
+        self.redirect(self.get_next_url(user))
 
 
 class CourseSpawner(LocalProcessSpawner):

@@ -1,5 +1,10 @@
 """A whole assignment on a real JupyterHub class, in headless Chromium, through the UI.
 
+The class comes from a class list (CSV) and the hub is reached over TLS on this machine's
+outside address: each student's first login is the one-time link the launcher printed
+(they choose their password there; the link then no longer works), and their JupyterLab
+never asks about Jupyter news.
+
 The instructor generates and releases in the Formgrader; student1 fetches, types the four
 answers into cells 4-7, validates and submits; student2 first submits the untouched
 notebook, then types answers with a named mistake (Cell 5 without the division by
@@ -16,14 +21,20 @@ gradebook.db and autograded/. Screenshots: screenshots/hub-*.png.
 from __future__ import annotations
 
 import json
+import pwd
 import re
+import socket
+import ssl
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 from playwright.sync_api import expect
 
 from hub import classroom
 from tests.cohort.build import NO_SCALING, solved_sources
+from tests.hub.conftest import first_login_links
 
 pytestmark = [pytest.mark.hub, pytest.mark.slow]
 NOTEBOOK = ".jp-NotebookPanel:not(.lm-mod-hidden)"
@@ -33,6 +44,10 @@ ANSWERS = ("cell4_projections", "cell5_scores", "cell6_softmax", "cell7_values")
 RIGHT = {"cell4_projections_test": 2.0, "cell5_scores_test": 2.0,
          "cell6_softmax_test": 3.0, "cell7_values_test": 2.0}
 WRONG = {**RIGHT, "cell5_scores_test": 0.0}
+#: JupyterLab's question when fetchNews is "none" (its default).
+NEWS = "Would you like to get notified about official Jupyter news?"
+#: Passwords the students choose at first login.
+CHOSEN = {}
 
 
 class Person:
@@ -40,22 +55,35 @@ class Person:
 
     def __init__(self, browser, room, name):
         self.room, self.name = room, name
-        self.context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        # The test's certificate is self-signed: Chromium is told to accept it (Python's
+        # check of the same certificate, test_0, verifies it properly).
+        self.context = browser.new_context(viewport={"width": 1400, "height": 1000},
+                                           ignore_https_errors=True)
         self.page = self.context.new_page()
         self.page.set_default_timeout(120_000)
         self.url = f"{room.url}/user/{name}"
+        self.logged_in = False
+
+    def password(self) -> str:
+        return CHOSEN.get(self.name) or classroom.read_passwords(self.room)[self.name]
 
     def login(self, shot=None):
+        if self.logged_in:
+            return
         page = self.page
         page.goto(f"{self.room.url}/hub/login")
         page.fill("#username_input", self.name)
-        page.fill("#password_input", classroom.read_passwords(self.room)[self.name])
+        page.fill("#password_input", self.password())
         if shot:
             page.screenshot(path=shot)
         page.click("#login_submit")
+        self.wait_for_lab()
+
+    def wait_for_lab(self):
         # The server starts as this Unix user (torch, nbgrader: seconds on a busy machine).
-        page.wait_for_selector(f"{MENU} >> text=Nbgrader", timeout=240_000)
-        assert page.url.startswith(self.url), page.url
+        self.page.wait_for_selector(f"{MENU} >> text=Nbgrader", timeout=240_000)
+        assert self.page.url.startswith(self.url), self.page.url
+        self.logged_in = True
 
     def menu(self, top, item):
         self.page.locator(MENU, has_text=re.compile(f"^{top}$")).click()
@@ -208,6 +236,94 @@ def gradebook_cells(room, student) -> dict:
         return {g.name: g.auto_score for nb in sub.notebooks for g in nb.grades}
 
 
+# ------------------------------------------------------ TLS, class list, first login
+def test_0_tls_on_the_chosen_address(room):
+    room_, _ = room
+    host, port = room_.ip, room_.port
+    # The certificate the hub serves is the one given, checked properly (not ignored).
+    context = ssl.create_default_context(cafile=str(room_.ssl_cert))
+    with socket.create_connection((host, port), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname=host) as tls:
+            assert tls.version() in ("TLSv1.2", "TLSv1.3"), tls.version()
+    with urllib.request.urlopen(f"https://{host}:{port}/hub/api", context=context,
+                                timeout=10) as r:
+        assert json.loads(r.read())["version"]
+    # No plain HTTP on that port; nothing on 127.0.0.1 when another address was chosen.
+    with pytest.raises((urllib.error.URLError, ConnectionError)):
+        urllib.request.urlopen(f"http://{host}:{port}/hub/api", timeout=10).read()
+    if host != "127.0.0.1":
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+def test_0_class_list_makes_users_students_and_one_time_links(room, people, names, shots):
+    room_, launcher = room
+    output = (room_.base / "launcher.log").read_text()
+    links = first_login_links(output)
+    assert sorted(links) == sorted(names[1:]), output
+    for sid in names[1:]:  # Unix users made by `make hub`, nbgrader students with names
+        assert pwd.getpwnam(sid).pw_gecos.split(",")[0] == classroom.MARK
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{room_.course_dir / 'gradebook.db'}", classroom.COURSE_ID) as gb:
+        got = {s.id: (s.first_name, s.last_name, s.email) for s in gb.students}
+    assert got == {names[1]: ("Ada", "Lovelace", "ada@example.org"),
+                   names[2]: ("Bo", "Li", "bo.li@example.org")}, got
+    assert names[1] not in classroom.read_passwords(room_)  # no password handed out
+    # Someone else opens the first student's link before they use it (a forwarded mail).
+    other = people("second browser")
+    other.page.goto(links[names[1]])
+    expect(other.page.locator("#first-login-user")).to_have_text(names[1])
+
+    for i, sid in enumerate(names[1:]):
+        person = people(sid)
+        page = person.page
+        page.goto(links[sid])
+        assert page.url.startswith(f"https://{room_.ip}:"), page.url
+        expect(page.locator("#first-login-user")).to_have_text(sid)
+        page.fill("#password_input", "short")
+        page.fill("#repeat_input", "short")
+        page.click("#first_login_submit")
+        expect(page.locator("#first-login-error")).to_contain_text(
+            "Your password has 5 characters: expected at least 8.")
+        chosen = f"chosen-by-{sid}-{i}"
+        page.fill("#password_input", chosen)
+        page.fill("#repeat_input", chosen)
+        if i == 0:
+            page.screenshot(path=shots / "hub-0-first-login.png")
+        page.click("#first_login_submit")
+        person.wait_for_lab()  # logged in, their own server started
+        CHOSEN[sid] = chosen
+
+    # The link worked once: the form opened before is refused when sent, and the link
+    # opened again says at once that it has been used, with no form.
+    other.page.fill("#password_input", "another-password")
+    other.page.fill("#repeat_input", "another-password")
+    with other.page.expect_response(lambda r: r.request.method == "POST") as resp:
+        other.page.click("#first_login_submit")
+    assert resp.value.status == 403
+    expect(other.page.locator("#first-login-error")).to_contain_text(
+        "has been used already")
+    again = other.page.goto(links[names[1]])
+    assert again.status == 403
+    expect(other.page.locator("#first-login-error")).to_contain_text(
+        "has been used already, or is not valid. Log in with the password you chose, or "
+        "ask your instructor for a new link.")
+    expect(other.page.locator("#password_input")).to_have_count(0)
+    # ... and the password chosen with it is the one that logs in (in a fresh browser).
+    other.page.goto(f"{room_.url}/hub/login")
+    other.page.fill("#username_input", names[1])
+    other.page.fill("#password_input", "another-password")
+    other.page.click("#login_submit")
+    expect(other.page.locator(".login_error")).to_contain_text("Invalid username or password")
+    other.page.fill("#username_input", names[1])
+    other.page.fill("#password_input", CHOSEN[names[1]])
+    other.page.click("#login_submit")
+    other.page.wait_for_selector(f"{MENU} >> text=Nbgrader", timeout=240_000)
+    assert other.page.url.startswith(f"{room_.url}/user/{names[1]}/"), other.page.url
+    other.context.close()
+
+
 # ------------------------------------------------------------------ the lifecycle
 def test_1_instructor_releases_in_the_formgrader(room, people, names, shots):
     room_, _ = room
@@ -278,6 +394,10 @@ def test_2_students_fetch_validate_and_submit(room, people, names, shots):
     assert len(both) == 2, both
     expect(wrong.page.locator("#submitted_assignments_list")).to_contain_text("attention")
     wrong.page.screenshot(path=shots / "hub-5-submitted.png")
+    # Minutes in JupyterLab, and never asked about Jupyter news (the question comes as
+    # soon as JupyterLab is restored when fetchNews is "none": test_idle shows it does).
+    for person in (right, wrong):
+        expect(person.page.get_by_text(NEWS)).to_have_count(0)
 
 
 def test_3_instructor_collects_and_autogrades_in_the_sandbox(room, people, names, shots):

@@ -136,3 +136,14 @@ def test_verify_faces_every_check_of_the_spec():
         fn = getattr(verify, f"check_{check.name}")
         assert fn.__doc__ == check.doc and fn.__name__ == f"check_{check.name}"
     assert verify.GRADE_CELLS == spec.grade_cells
+
+
+def test_the_hub_names_the_lessons_assignment_and_notebooks():
+    """hub/classroom.py runs inside JupyterHub's process without the course's packages, so
+    it keeps its own copies of these names: held equal to the spec's here."""
+    from hub import classroom
+    from src import layout
+
+    assert classroom.ASSIGNMENT == layout.ASSIGNMENT
+    assert {layout.SOURCE_NOTEBOOK.name, f"{layout.NOTEBOOK}.ipynb"} <= set(
+        classroom.COURSE_FILES)

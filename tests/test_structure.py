@@ -139,8 +139,8 @@ def test_verify_faces_every_check_of_the_spec():
 
 
 def test_the_hub_names_the_lessons_assignment_and_notebooks():
-    """hub/classroom.py runs inside JupyterHub's process without the course's packages, so
-    it keeps its own copies of these names: held equal to the spec's here."""
+    """hub/classroom.py is imported by JupyterHub's own process, which never imports the
+    course's engine: it keeps its own copies of these names, held equal to the spec's here."""
     from hub import classroom
     from src import layout
 

@@ -1,9 +1,9 @@
 """The blind sets (tests/blind/): every attempt judged as grading judges it.
 
-Their figures are in README ("The blind set", "The second blind set"); this test keeps
-them: no right cell loses a point (no false negative, no cascade), every failing
-message's first line is at most 200 characters, and a wrong cell gets full marks only
-where README says it was decided so.
+Their figures are in README ("The blind set", "The second", "The third"); this test keeps
+them: no cascade, every failing message's first line is at most 200 characters, and a
+verdict differs from its writer's label only where a decision of the lesson's spec says
+so (a wrong-labelled cell with full marks, or a right-labelled one charged).
 """
 
 import pytest
@@ -17,7 +17,10 @@ from tests.blind import evaluate
 DECIDED = {"attempts.json": {},
            "attempts2.json": {("mix-022", "5"): "constant_sqrt_dk",
                               ("mix-023", "5"): "width_for_dk",
-                              ("mix-052", "6"): "logsumexp_softmax"}}
+                              ("mix-052", "6"): "logsumexp_softmax"},
+           # measured as committed, before any tuning to it (README, "The third blind set")
+           "attempts3.json": {("b3-067", "6"): "logsumexp_softmax",
+                              ("b3-045", "5"): "from_its_inputs"}}
 
 
 def test_every_decision_is_the_specs_and_readme_states_it():
@@ -34,10 +37,8 @@ def test_every_decision_is_the_specs_and_readme_states_it():
 def test_a_blind_set_is_judged_as_its_labels_say(name):
     rows = evaluate.evaluate(evaluate.attempts(evaluate.HERE / name))
     assert rows
-    bad = [(r["id"], r["cell"], r["verdict"]) for r in rows
-           if r["verdict"] in ("false negative", "cascade")]
-    assert bad == []
-    passed = {(r["id"], r["cell"]) for r in rows if r["verdict"] == "false positive"}
-    assert passed == set(DECIDED[name])
+    differ = {(r["id"], r["cell"]) for r in rows if r["verdict"] != "ok"}
+    assert differ == set(DECIDED[name])  # (a decision of the lesson, in either direction)
+    assert not [r for r in rows if r["verdict"] == "cascade"]
     wrong = [r for r in rows if not r["label"]["correct"]]
     assert max(len(r["first"]) for r in wrong) <= verify.FIRST_LINE_CHARS

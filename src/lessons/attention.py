@@ -339,5 +339,8 @@ LESSON = Lesson(
         "width_for_dk": "`x.shape[-1]` for d_k is right: d_model and d_k are both 64 here",
         "logsumexp_softmax": "a logsumexp softmax is right: it is off by about 3e-4 only at "
                              "logits of 10⁴ whose spread is tiny, which no probe holds",
+        "from_its_inputs": "a step's result must come from the inputs its task names: "
+                           "scores recomputed from x and the layers, not from query and key, "
+                           "cost half the step in the graded run",
     },
 )

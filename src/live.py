@@ -283,8 +283,7 @@ def live_verdict(lesson, step, shell):
     replay_raised = any(cell == step.cell for cell, *_ in verdict.raised)
     notes = [not_run_here(step, mine, how, replay_raised), moved_away(lesson, step, mine),
              edited(step, found, saved)] if how == "cell ids" else []
-    for note in reversed([n for n in notes if n]):
-        verdict.summaries[step.test].results[0].notes.insert(0, note)
+    verdict.summaries[step.test].results[0].kernel_notes[:0] = [n for n in notes if n]
     return verdict
 
 

@@ -8,6 +8,7 @@ the next step, at most ``FIRST_LINE_CHARS``), then capped evidence.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 
@@ -57,6 +58,9 @@ class CheckResult:
     seen: dict = field(default_factory=dict, repr=False, compare=False)
     title: str = ""  # the check's title in its lesson ("Cell 5 — scaled dot-product scores")
     mistake_title: str = ""  # the title of ``mistake`` in its lesson's catalogue
+    #: What the live check saw in the student's kernel (code run in another cell, a saved
+    #: cell that differs from what ran, ...): shown first, never part of the verdict.
+    kernel_notes: list = field(default_factory=list)
 
     def __post_init__(self):
         self.title = self.title or str(self.step)
@@ -86,7 +90,7 @@ class CheckResult:
         mark = "PASS" if self.passed else "FAIL"
         lines = [f"[{mark}] {self.title}: {_num(self.score)}/{_num(self.max_score)} points",
                  *("  " + line for line in self.message.splitlines())]
-        lines += [f"  note: {n}" for n in self.notes]
+        lines += [f"  note: {n}" for n in self.kernel_notes + self.notes]
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -97,7 +101,7 @@ class CheckResult:
         mark = "✔" if self.passed else "✘"
         state = "passed" if self.passed else "not yet"
         body = self.message.replace("\n", "  \n")
-        notes = "".join(f"\n\n> Note: {n}" for n in self.notes)
+        notes = "".join(f"\n\n> Note: {n}" for n in self.kernel_notes + self.notes)
         return (f"{mark} **{self.title}: {_num(self.score)}/{_num(self.max_score)} "
                 f"points** ({state})\n\n{body}{notes}")
 
@@ -106,7 +110,8 @@ class CheckResult:
                 "score": self.score, "max_score": self.max_score,
                 "mistake": self.mistake, "mistake_title": self.mistake_title,
                 "shortfalls": list(self.shortfalls), "pending": list(self.pending),
-                "message": self.message, "notes": list(self.notes)}
+                "message": self.message, "notes": list(self.notes),
+                "kernel_notes": list(self.kernel_notes)}
 
     @classmethod
     def from_dict(cls, d):
@@ -115,7 +120,8 @@ class CheckResult:
                    float(d["max_score"]), str(d["message"]), d.get("mistake"),
                    list(d.get("notes", [])), list(d.get("shortfalls", [])),
                    list(d.get("pending", [])), title=str(d.get("title", "")),
-                   mistake_title=str(d.get("mistake_title", "")))
+                   mistake_title=str(d.get("mistake_title", "")),
+                   kernel_notes=list(d.get("kernel_notes", [])))
 
 
 
@@ -193,7 +199,9 @@ def _mistake_text(m, seen, check="any"):
 def _tidy(message):
     """At most FIRST_LINE_CHARS in the first line (cut at a sentence end when it is longer;
     the rest moves down), and EVIDENCE_CHARS after it."""
-    head, _, rest = str(message).partition("\n")
+    # (an error text that ends a sentence, quoted before our own full stop: one stop)
+    message = re.sub(r"(?<!\.)\.\.(?!\.)", ".", str(message))
+    head, _, rest = message.partition("\n")
     if len(head) > FIRST_LINE_CHARS:
         cut = head.rfind(". ", 0, FIRST_LINE_CHARS)
         cut = cut + 1 if cut > 0 else head.rfind(" ", 0, FIRST_LINE_CHARS - 1)

@@ -50,7 +50,8 @@ def run_notebook(path, timeout=60, strict=True):
                 for test, summary in found.summaries.items()}
     report = found.summary.to_dict() | {"cells": per_cell, "strict": True,
                                         "lesson": lesson.name}
-    errors = [{"cell": c, "error": e, "message": m} for c, e, m in found.raised]
+    errors = [{"cell": c, "title": f"Cell {lesson.by_cell[c].number}", "error": e,
+               "message": m} for c, e, m in found.raised]
     return report, errors
 
 
@@ -99,8 +100,9 @@ def main(argv=None) -> int:
             for note in r["notes"]:
                 print(f"    note: {note}")
         if errors:
-            print("Cells that raised an error:")
+            print("Step cells that raised an error when run again on their own, as grading "
+                  "runs them:")
             for e in errors:
-                print(f"    {e['cell']}: {e['error']}: {e['message']}")
+                print(f"    {e['title']}: {e['error']}: {e['message']}")
     return 0 if report["passed"] else 1
 

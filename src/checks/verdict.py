@@ -257,8 +257,8 @@ def _result(lesson, check, findings, ok_message, notes, cell, seen):
         m = mistakes[mid]
         notes.append(f"The graded run also checks this and takes {_points(points * m.cost)} "
                      f"off: {m.title} — {what} Next step: {m.next_step_for(check.name)}.")
-    if cell.raised and cell.error not in mentioned:
-        notes.append(f"Also, {cell.said()}.")
+    if cell.raised and cell.error not in mentioned and check.kind != "function":
+        notes.append(f"Also, {cell.said()}.")  # (a function is judged whatever follows it)
     if raised or whole:
         cost = 1.0
     score = round(points * max(0.0, 1.0 - cost), 6)

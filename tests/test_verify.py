@@ -786,3 +786,16 @@ def test_cli_rejects_a_missing_file(tmp_path):
     res = subprocess.run([sys.executable, str(ROOT / "verify.py"), str(tmp_path / "nope.ipynb")],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "not found" in res.stderr
+
+
+def test_weights_from_a_wrong_function_point_to_the_function():
+    """One bug in the softmax fails the function and the weights: the weights' check says
+    the function is the place to fix (the apply line may well be right)."""
+    results, _, _ = run_graded({"cell6_softmax": [(RETURN_LINE, "return exps")]})
+    assert not results["softmax"].passed and not results["attention_weights"].passed
+    assert "function is wrong too" in " ".join(results["attention_weights"].notes)
+    right, _, _ = run_graded({"cell6_softmax": [(
+        "attention_weights = softmax(attention_scores, dim=-1)",
+        "attention_weights = softmax(attention_scores, dim=0)")]})
+    assert right["softmax"].passed  # a right function: nothing said about it
+    assert "function is wrong" not in " ".join(right["attention_weights"].notes)

@@ -644,8 +644,15 @@ def judge(grade_id: str, data: Mapping, *, strict: bool = False,
         return Summary([CheckResult(_short(grade_id, 80), False, 0.0, 0.0,
                                     f"Unknown grade cell {_short(repr(grade_id), 80)}; "
                                     f"expected one of {', '.join(known)}.")])
-    return Summary([_judge_check(lesson, step, c, data, bool(strict)) for c in step.checks
-                    if checks is None or c.name in checks])
+    results = {c.name: _judge_check(lesson, step, c, data, bool(strict)) for c in step.checks
+               if checks is None or c.name in checks}
+    for check in step.checks:  # a wrong function makes wrong results of the checks using it
+        fn, user = results.get(check.uses_function), results.get(check.name)
+        if fn is not None and user is not None and not fn.passed and not user.passed:
+            user.notes.insert(0, f"Your `{check.uses_function}` function is wrong too (its "
+                              f"check above): `{check.outputs[0]}` comes from it, so fix the "
+                              "function first, then run this cell again.")
+    return Summary(list(results.values()))
 
 
 def judge_replay(grade_id: str, data: Mapping, own: Mapping | None = None, *,

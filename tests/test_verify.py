@@ -93,6 +93,7 @@ OWN_SOFTMAX = ("def softmax(x, dim=-1):\n    e = torch.exp(x - x.amax(dim=dim, k
                "    return e / e.sum(dim=dim, keepdim=True)\n\n")
 BEHAVIOUR_CODE = {
     "extra_term": {"cell7_values": "attended_values = attention_weights @ value + x"},
+    "wrong_operand": {"cell5_scores": "attention_scores = x @ x.transpose(-2, -1) / 8"},
     "extra_nonlinearity": {"cell4_projections": "query = torch.relu(q_proj(x))\n"
                            "key = k_proj(x)\nvalue = v_proj(x)"},
     "rows_rescaled": {"cell7_values": "out = attention_weights @ value\n"

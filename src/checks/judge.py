@@ -32,6 +32,7 @@ from src.checks.util import (
     _listing,
     _num,
     _short,
+    _swap,
     output_gradient,
 )
 from src.checks.verdict import (
@@ -255,12 +256,48 @@ def _match_value(lesson, check, name, arr, contexts, view):
     return _behaviour(lesson, check, name, arr, contexts[0], view)
 
 
+def _substitution(lesson, check, name, arr, ctx):
+    """("wrong_operand", what we saw) when ``arr`` is the check's formula (its spec's
+    reference) with one of its inputs, or two, replaced by another tensor of the lesson made
+    before this step (or by one transposed): the search over the formula's small changes
+    of this kind, depth 2. None when no such change reproduces it."""
+    step = lesson.step_of_check[check.name]
+    places = check.upstream or tuple(n for n in step.inputs if n in ctx.inp)
+    scope = {n: a for n, a in ctx.inp.items() if isinstance(a, np.ndarray) and a.ndim >= 2
+             and lesson.made_in.get(n, 0) < step.number and n in lesson.shapes}
+    options = {}
+    for place in places:
+        opts = [(f"`{n}`", a) for n, a in scope.items() if n != place]
+        opts += [(f"`{n}` transposed", _swap(a)) for n, a in scope.items()]
+        options[place] = opts
+    expected = ctx.expected(name)
+    changes = [[(p, o)] for p in places for o in options[p]]
+    if len(places) == 2:
+        changes += [[(places[0], a), (places[1], b)] for a in options[places[0]]
+                    for b in options[places[1]]]
+    with np.errstate(all="ignore"):
+        for change in changes:
+            inp = dict(ctx.inp, **{p: a for p, (_, a) in change})
+            try:
+                got = np.asarray(check.reference(dict(inp, name=name), name), np.float64)
+            except (ValueError, IndexError, KeyError, TypeError):
+                continue
+            if got.shape == arr.shape and _close(arr, got) and not _close(got, expected):
+                said = " and ".join(what if what == f"`{p}` transposed" else
+                                    f"{what} in place of `{p}`" for p, (what, _) in change)
+                return "wrong_operand", f"`{name}` is the formula with {said}."
+    return None
+
+
 def _behaviour(lesson, check, name, arr, ctx, view):
     """(mistake id, what we saw) read off what the code did, when no entry reproduces it:
     what was added to the right result, a nonlinearity, normalised rows, which tensors it
     depends on (the replay's gradients), and the lesson's own readings (its spec's
     ``diagnose`` hooks, by stage)."""
     hooks = check.diagnose
+    found = _substitution(lesson, check, name, arr, ctx) if check.reference else None
+    if found:
+        return found
     expected = ctx.expected(name)
     same = arr.shape == expected.shape
     if same and np.isfinite(arr).all() and np.isfinite(expected).all():

@@ -413,13 +413,13 @@ _m("scores_instead_of_weights", "attended_values",
    reproduce=lambda inp: inp["attention_scores"] @ inp["value"],
    shows="attention_scores @ value")
 _m("query_instead_of_value", "attended_values", "the query was used instead of the value",
-   "the output equals attention_weights @ query", "use attention_weights, the softmax output of "
-   "Cell 6, as the left operand of the product",
+   "the output equals attention_weights @ query",
+   "mix the value vectors (Cell 4's v_proj output) as the right operand, not the query",
    reproduce=lambda inp: inp["attention_weights"] @ inp["query"],
    shows="attention_weights @ query")
 _m("key_instead_of_value", "attended_values", "the key was used instead of the value",
-   "the output equals attention_weights @ key", "use attention_weights, the softmax output of "
-   "Cell 6, as the left operand of the product",
+   "the output equals attention_weights @ key",
+   "mix the value vectors (Cell 4's v_proj output) as the right operand, not the key",
    reproduce=lambda inp: inp["attention_weights"] @ inp["key"],
    shows="attention_weights @ key")
 _m("embeddings_instead_of_value", "attended_values", "the embeddings x used as the values",
@@ -667,6 +667,12 @@ _m("weights_temperature", "attention_weights", "the scores were rescaled before 
    "the weights are the softmax of the scores times a number: a temperature, or a second "
    "scaling (Cell 5 already divided by √d_k)",
    "apply your softmax to attention_scores as they are, with no factor inside or outside",
+   kind="behaviour")
+_m("wrong_operand", "any", "another tensor in a place of the formula",
+   "the result is exactly this cell's formula with another tensor of the lesson (or the "
+   "same one transposed) in one or two of its places",
+   "check the tensor in each place of the formula against the task: the names it gives, "
+   "in its order, as they are",
    kind="behaviour")
 _m("extra_term", "any", "a tensor was added to the result",
    "the result is the right one plus another tensor (a residual connection, or a leftover "

@@ -56,6 +56,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hub.credentials import first_login_code_hash, hash_password, write_private
+
 ROOT = Path(__file__).resolve().parent.parent
 PROXY = ROOT / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
 COURSE_ID = "attention"
@@ -482,7 +484,6 @@ def remove_users(room: Classroom) -> None:
 def ensure_passwords(room: Classroom) -> dict[str, str]:
     """A password for each user that has none yet (the instructor; made-up students, not
     a class list's, who choose theirs at first login); return only the new ones."""
-    from hub.parts import hash_password  # JupyterHub's; the checks before need only stdlib
 
     room.state.mkdir(parents=True, exist_ok=True)
     os.chmod(room.state, 0o700)
@@ -490,7 +491,7 @@ def ensure_passwords(room: Classroom) -> dict[str, str]:
     given = [room.instructor] if room.roster is not None else room.users
     new = {u: secrets.token_urlsafe(12) for u in given if u not in known}
     known.update(new)
-    _write_private(room.passwords, "# user password (make hub; keep this file private)\n"
+    write_private(room.passwords, "# user password (make hub; keep this file private)\n"
                    + "".join(f"{u} {p}\n" for u, p in sorted(known.items())))
     hashes = {}
     if room.password_hashes.exists():
@@ -498,13 +499,8 @@ def ensure_passwords(room: Classroom) -> dict[str, str]:
     for u, p in known.items():
         if u not in hashes or u in new:
             hashes[u] = hash_password(p)
-    _write_private(room.password_hashes, json.dumps(hashes, indent=1, sort_keys=True))
+    write_private(room.password_hashes, json.dumps(hashes, indent=1, sort_keys=True))
     return new
-
-
-def first_login_code_hash(code: str) -> str:
-    """What the hub keeps of a first-login code (128 random bits: a plain hash suffices)."""
-    return hashlib.sha256(code.encode()).hexdigest()
 
 
 def ensure_first_logins(room: Classroom, reissue: tuple[str, ...] = ()) -> dict[str, str]:
@@ -529,14 +525,14 @@ def ensure_first_logins(room: Classroom, reissue: tuple[str, ...] = ()) -> dict[
             new[st.id] = f"{room.url}/hub/first-login?user={st.id}&code={code}"
     if new:
         if reissue:
-            _write_private(room.password_hashes, json.dumps(hashes, indent=1, sort_keys=True))
-        _write_private(room.first_logins, json.dumps(pending, indent=1, sort_keys=True))
+            write_private(room.password_hashes, json.dumps(hashes, indent=1, sort_keys=True))
+        write_private(room.first_logins, json.dumps(pending, indent=1, sort_keys=True))
         old = room.first_login_links.read_text() if room.first_login_links.exists() else \
             "id,name,email,first_login_link\n"
         by_id = {st.id: st for st in room.roster}
         lines = [old] + [_csv_line([u, by_id[u].name, by_id[u].email, link])
                          for u, link in new.items()]
-        _write_private(room.first_login_links, "".join(lines))
+        write_private(room.first_login_links, "".join(lines))
     return new
 
 
@@ -556,16 +552,6 @@ def read_passwords(room: Classroom) -> dict[str, str]:
             user, password = line.split(None, 1)
             out[user] = password.strip()
     return out
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` created 0600 (never readable by anyone else, even briefly)."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 # ------------------------------------------------------- Python for everyone
@@ -844,7 +830,7 @@ def setup(room: Classroom, log=print) -> tuple[dict[str, str], dict[str, str]]:
         log(f"Created users: {', '.join(created)}")
     new = ensure_passwords(room)
     if room.roster is not None:
-        _write_private(room.saved_roster, json.dumps(
+        write_private(room.saved_roster, json.dumps(
             [st.__dict__ for st in room.roster], indent=1))
     links = ensure_first_logins(room)
     ensure_venv(room, log)
@@ -860,7 +846,7 @@ def setup(room: Classroom, log=print) -> tuple[dict[str, str], dict[str, str]]:
 # ------------------------------------------------------------------ running
 def write_settings(room: Classroom) -> Path:
     path = room.state / "settings.json"
-    _write_private(path, json.dumps({
+    write_private(path, json.dumps({
         "state": str(room.state), "port": room.port, "hub_port": free_port(),
         "proxy_api_port": free_port(), "proxy": str(PROXY), "venv": str(room.venv),
         "password_hashes": str(room.password_hashes), "users": room.users,

@@ -9,11 +9,9 @@ them in. A real deployment swaps the authenticator for PAM, OAuth or LTI (README
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import os
-import secrets
 from pathlib import Path
 
 from jupyterhub._xsrf_utils import _set_xsrf_cookie
@@ -22,31 +20,12 @@ from jupyterhub.handlers.login import LoginHandler
 from jupyterhub.spawner import LocalProcessSpawner, set_user_setuid
 from traitlets import Dict, Integer, Unicode
 
-from hub.classroom import _write_private, first_login_code_hash
-
-#: scrypt's cost parameters (RFC 7914's interactive-login figures): ~50 ms per login.
-SCRYPT = dict(n=2**14, r=8, p=1, dklen=32)
-
-
-def hash_password(password: str, salt: bytes | None = None) -> str:
-    """``scrypt$<salt hex>$<hash hex>`` of ``password``."""
-    salt = salt or secrets.token_bytes(16)
-    digest = hashlib.scrypt(password.encode(), salt=salt, **SCRYPT)
-    return f"scrypt${salt.hex()}${digest.hex()}"
-
-
-def check_password(password: str, stored: str) -> bool:
-    """Whether ``password`` matches a :func:`hash_password` string (constant time)."""
-    try:
-        kind, salt, digest = stored.split("$")
-        wanted = bytes.fromhex(digest)
-        salt_bytes = bytes.fromhex(salt)
-    except ValueError:
-        return False
-    if kind != "scrypt":
-        return False
-    got = hashlib.scrypt(password.encode(), salt=salt_bytes, **SCRYPT)
-    return hmac.compare_digest(got, wanted)
+from hub.credentials import (
+    check_password,
+    first_login_code_hash,
+    hash_password,
+    write_private,
+)
 
 
 class PasswordFileAuthenticator(Authenticator):
@@ -101,9 +80,9 @@ class PasswordFileAuthenticator(Authenticator):
         hashes = json.loads(Path(self.password_file).read_text()) \
             if Path(self.password_file).exists() else {}
         hashes[name] = hash_password(password)
-        _write_private(Path(self.password_file), json.dumps(hashes, indent=1, sort_keys=True))
+        write_private(Path(self.password_file), json.dumps(hashes, indent=1, sort_keys=True))
         del pending[name]
-        _write_private(Path(self.first_login_file), json.dumps(pending, indent=1,
+        write_private(Path(self.first_login_file), json.dumps(pending, indent=1,
                                                                sort_keys=True))
         self.log.info("first login: %s chose a password", name)
         return None

@@ -94,6 +94,11 @@ OWN_SOFTMAX = ("def softmax(x, dim=-1):\n    e = torch.exp(x - x.amax(dim=dim, k
 BEHAVIOUR_CODE = {
     "extra_term": {"cell7_values": "attended_values = attention_weights @ value + x"},
     "wrong_operand": {"cell5_scores": "attention_scores = x @ x.transpose(-2, -1) / 8"},
+    "range_off_by_one": {"cell7_values": "attended_values = torch.zeros(1, 6, 64)\n"
+                         "for i in range(5):\n"
+                         "    attended_values[0, i] = attention_weights[0, i] @ value[0]"},
+    "diagonal_only": {"cell5_scores": "attention_scores = (query * key).sum(-1, keepdim=True)"
+                      " / 8"},
     "extra_nonlinearity": {"cell4_projections": "query = torch.relu(q_proj(x))\n"
                            "key = k_proj(x)\nvalue = v_proj(x)"},
     "rows_rescaled": {"cell7_values": "out = attention_weights @ value\n"

@@ -289,16 +289,64 @@ def _substitution(lesson, check, name, arr, ctx):
     return None
 
 
+def _axis_words(lesson, name, axis, ndim):
+    """How a message names axis ``axis`` of ``name`` ("the query axis"), from the spec's
+    axes ("[batch, query, key]"), else by number."""
+    words = [w.strip() for w in lesson.axes.get(name, "").strip("[]").split(",")]
+    return f"the {words[axis]} axis" if len(words) == ndim else f"axis {axis}"
+
+
+def _structural(lesson, check, name, arr, expected):
+    """("wrong_operand", what we saw) when ``arr`` is the formula's result with one slice
+    along an axis left at 0 (a range one short), shifted by one along an axis (an index
+    off by one), or only its diagonal (each query met only its own key): the search's
+    changes of a loop or an index. None when none reproduces it."""
+    with np.errstate(all="ignore"):
+        for axis in range(1, expected.ndim):
+            n = expected.shape[axis]
+            where = _axis_words(lesson, name, axis, expected.ndim)
+            for k, which in ((n - 1, "last"), (0, "first")):
+                left = expected.copy()
+                left[(slice(None),) * axis + (k,)] = 0
+                if arr.shape == left.shape and _close(arr, left) and not _close(left, expected):
+                    return "range_off_by_one", (f"`{name}` is the formula's result with its "
+                                                f"{which} slice along {where} left at 0.")
+            for shift in (1, -1):
+                rolled = np.roll(expected, shift, axis=axis)
+                if arr.shape == rolled.shape and _close(arr, rolled) and \
+                        not _close(rolled, expected):
+                    return "range_off_by_one", (f"`{name}` is the formula's result shifted by "
+                                                f"one along {where}.")
+        if expected.ndim >= 3:  # a double loop whose two ranges both stop one short
+            left = expected.copy()
+            left[..., -1, :] = 0
+            left[..., :, -1] = 0
+            if arr.shape == left.shape and _close(arr, left):
+                return "range_off_by_one", (
+                    f"`{name}` is the formula's result with its last slice along "
+                    f"{_axis_words(lesson, name, expected.ndim - 2, expected.ndim)} and "
+                    f"along {_axis_words(lesson, name, expected.ndim - 1, expected.ndim)} "
+                    "left at 0.")
+        if expected.ndim >= 2 and expected.shape[-1] == expected.shape[-2]:
+            diag = np.diagonal(expected, axis1=-2, axis2=-1)
+            for got in (diag, diag[..., None]):
+                if arr.shape == got.shape and _close(arr, got):
+                    return "diagonal_only", (f"`{name}` has shape {list(arr.shape)}: it holds "
+                                             "only the diagonal of the formula's result.")
+    return None
+
+
 def _behaviour(lesson, check, name, arr, ctx, view):
     """(mistake id, what we saw) read off what the code did, when no entry reproduces it:
     what was added to the right result, a nonlinearity, normalised rows, which tensors it
     depends on (the replay's gradients), and the lesson's own readings (its spec's
     ``diagnose`` hooks, by stage)."""
     hooks = check.diagnose
-    found = _substitution(lesson, check, name, arr, ctx) if check.reference else None
+    expected = ctx.expected(name)
+    found = (_substitution(lesson, check, name, arr, ctx)
+             or _structural(lesson, check, name, arr, expected)) if check.reference else None
     if found:
         return found
-    expected = ctx.expected(name)
     same = arr.shape == expected.shape
     if same and np.isfinite(arr).all() and np.isfinite(expected).all():
         found = _rounded(name, arr, expected) or (

@@ -674,6 +674,17 @@ _m("wrong_operand", "any", "another tensor in a place of the formula",
    "check the tensor in each place of the formula against the task: the names it gives, "
    "in its order, as they are",
    kind="behaviour")
+_m("range_off_by_one", "any", "a loop or an index one off",
+   "the result is the formula's, but with one slice left at 0 (a range that stops one "
+   "short) or shifted by one place (an index one off)",
+   "check the bounds of your loop and the indices you use: every position must be "
+   "computed, each from its own row", kind="behaviour")
+_m("diagonal_only", "any", "only the diagonal of the result",
+   "each query was paired only with its own key (an element-wise product summed, or one "
+   "index where two are needed): the formula pairs every query with every key",
+   "pair every query with every key: the result has one entry for each pair of a query and "
+   "a key",
+   kind="behaviour")
 _m("extra_term", "any", "a tensor was added to the result",
    "the result is the right one plus another tensor (a residual connection, or a leftover "
    "term): this step computes the formula alone",

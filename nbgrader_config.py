@@ -79,6 +79,11 @@ c.SandboxedExecute.notebook_seconds = 60
 c.SandboxedExecute.budget_factor = 8.0
 c.SandboxedExecute.budget_floor = 30
 c.SandboxedExecute.output_kb = 512  # stored output per cell (KiB); more is cut with a note
+# The replay of each step cell (its fork server) and the judge of each check cell.
+c.TrustedScores.replay_run_seconds = 1.0  # one cell run (wall; CPU too)
+c.TrustedScores.replay_student_seconds = 3.0  # all of one submission's runs
+c.TrustedScores.judge_seconds = 60.0  # the judge of one check cell, in a child
+c.TrustedScores.judge_memory_gb = 4.0  # its address space
 # Everything a kernel can write is bounded: /tmp, its working directory and /dev/shm are
 # tmpfs of tmp_mb each; its stderr file at most file_mb; its IPC directory
 # takes no new file once the kernel has started (Limits.write_mb states the sum).

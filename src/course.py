@@ -451,6 +451,11 @@ def _run_workers(students, jobs, init_args, deadline, on_done, task=_grade_one,
     ctx = multiprocessing.get_context("fork")  # inherits the imported nbgrader (~5 s)
     jobs = max(1, min(jobs, len(students)))
     if task is _grade_one:  # a replay fork server per worker slot (torch imported once each)
+        # (the replay servers start here, before nbgrader's pipeline: its limits first)
+        trusted = load_config().TrustedScores
+        names = {"run_seconds": "replay_run_seconds", "student_seconds": "replay_student_seconds",
+                 "judge_seconds": "judge_seconds", "judge_memory_gb": "judge_memory_gb"}
+        grading.configure(**{k: trusted[t] for k, t in names.items() if t in trusted})
         grading.start_replay_servers(ASSIGNMENT, jobs)
     pending, running, scratch, slots = list(students), {}, {}, list(range(jobs))
     while pending or running:

@@ -482,6 +482,23 @@ def judge_isolated(grade_id, data, own=None, *, strict=True, seconds=JUDGE_SECON
     return Summary.from_dict(out)
 
 
+#: This process's replay and judge limits (src/sandbox.py Limits, overridden by
+#: c.TrustedScores in nbgrader_config.py through :func:`configure`).
+_CONFIGURED = dict(run_seconds=sb.LIMITS.replay_run_seconds,
+                   student_seconds=sb.LIMITS.replay_student_seconds,
+                   judge_seconds=sb.LIMITS.judge_seconds,
+                   judge_memory_gb=sb.LIMITS.judge_memory_gb)
+
+
+def configure(**limits) -> None:
+    """Set this process's replay and judge limits (keys of :data:`_CONFIGURED`); a replay
+    server started before keeps the limits it was started with."""
+    unknown = set(limits) - set(_CONFIGURED)
+    if unknown:
+        raise ValueError(f"unknown limits {sorted(unknown)}; expected {sorted(_CONFIGURED)}")
+    _CONFIGURED.update({k: float(v) for k, v in limits.items()})
+
+
 def _judge_or_say(grade_id, data, own=None, *, strict=True):
     """:func:`judge_isolated`, or a Summary that says why this cell was not graded."""
     from src import lessons
@@ -489,7 +506,8 @@ def _judge_or_say(grade_id, data, own=None, *, strict=True):
     from src.checks.verdict import _failed
 
     try:
-        return judge_isolated(grade_id, data, own)
+        return judge_isolated(grade_id, data, own, seconds=_CONFIGURED["judge_seconds"],
+                              memory=int(_CONFIGURED["judge_memory_gb"] * 2**30))
     except GradingError as exc:
         _, step = lessons.by_cell(grade_id)
         return Summary([_failed(c, f"Not graded: {exc}.") for c in step.checks])
@@ -569,7 +587,9 @@ def replay_server(assignment: str = "", unsafe: bool | None = None, fresh: bool 
             if reason:
                 raise GradingError(f"cannot sandbox the replay: {reason}")
         server = ReplayServer(_lesson(assignment=assignment), setup_sources(assignment),
-                              shipped_files(assignment), sandboxed=not unsafe, wait=wait)
+                              shipped_files(assignment), sandboxed=not unsafe, wait=wait,
+                              run_seconds=_CONFIGURED["run_seconds"],
+                              student_seconds=_CONFIGURED["student_seconds"])
         server.owner, server.ready = os.getpid(), wait
         if not _REPLAY:  # (its folder would outlive a process that never closed it)
             atexit.register(close_replay_servers)
@@ -629,7 +649,19 @@ class TrustedScores(NbGraderPreprocessor):
     """Each check cell's score from the road (src/road.py): a trusted replay of its step
     cell's own code, judged in the instructor's process."""
 
+    replay_run_seconds = Float(sb.LIMITS.replay_run_seconds, help="the replay: one cell "
+                               "run (wall; CPU too)").tag(config=True)
+    replay_student_seconds = Float(sb.LIMITS.replay_student_seconds, help="the replay: all "
+                                   "of one submission's runs").tag(config=True)
+    judge_seconds = Float(sb.LIMITS.judge_seconds, help="the judge of one check cell, in a "
+                          "child").tag(config=True)
+    judge_memory_gb = Float(sb.LIMITS.judge_memory_gb, help="the judge's address space "
+                            "(GiB)").tag(config=True)
+
     def preprocess(self, nb, resources):
+        configure(run_seconds=self.replay_run_seconds,
+                  student_seconds=self.replay_student_seconds,
+                  judge_seconds=self.judge_seconds, judge_memory_gb=self.judge_memory_gb)
         state = resources.get(_KEY)
         if state is None:
             raise GradingError("TrustedScores needs SandboxedExecute before it in "

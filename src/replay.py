@@ -987,6 +987,7 @@ def serve(setup_path: str, sandboxed: bool):
 def _answer(lesson, req, setup, sandboxed, protect):
     """{step: {"data"|"error"}, "own:"+step: ...} for one submission's request."""
     deadline = time.monotonic() + float(req.get("seconds", STUDENT_SECONDS))
+    run_seconds = float(req.get("run_seconds", RUN_SECONDS))  # (the grader's, configured)
     steps = {k: v for k, v in req.get("steps", {}).items()
              if k in lesson.by_cell and isinstance(v, str)}
 
@@ -995,7 +996,7 @@ def _answer(lesson, req, setup, sandboxed, protect):
         if left <= 0:
             return {"error": "not run: this submission used up its replay time"}
         try:
-            answer = _run_forked(lesson, job, setup, min(RUN_SECONDS, left), protect)
+            answer = _run_forked(lesson, job, setup, min(run_seconds, left), protect)
             if job[0] == "step" and job[3] is None:
                 answer["seed"] = job[4]
             return answer
@@ -1032,10 +1033,12 @@ class ReplayServer:
     """
 
     def __init__(self, lesson, setup_sources, shipped: dict, sandboxed: bool = True,
-                 start_seconds: float = 120.0, wait: bool = True):
+                 start_seconds: float = 120.0, wait: bool = True,
+                 run_seconds: float = RUN_SECONDS, student_seconds: float = STUDENT_SECONDS):
         from src import sandbox as sb
 
         self.lesson, self.sandboxed, self.owner = lesson, sandboxed, os.getpid()
+        self.run_seconds, self.student_seconds = float(run_seconds), float(student_seconds)
         self.box = sb.Sandbox(shipped, sb.LIMITS, enabled=sandboxed, ipc=False)
         setup_file = self.box.root / "setup.json"
         setup_file.write_text(json.dumps({"lesson": lesson.name,
@@ -1089,13 +1092,16 @@ class ReplayServer:
             return False
         return True
 
-    def replay(self, steps: dict, seconds: float = STUDENT_SECONDS) -> dict:
-        """{step: data dict or an error text} for {step cell grade_id: source}."""
+    def replay(self, steps: dict, seconds: float | None = None) -> dict:
+        """{step: data dict or an error text} for {step cell grade_id: source}, within
+        ``seconds`` for all its runs (default: the server's ``student_seconds``)."""
+        seconds = self.student_seconds if seconds is None else float(seconds)
         ident = os.urandom(8).hex()
         try:
-            _send(self.proc.stdin.fileno(), {"steps": steps, "seconds": seconds, "id": ident})
+            _send(self.proc.stdin.fileno(), {"steps": steps, "seconds": seconds, "id": ident,
+                                             "run_seconds": self.run_seconds})
             msg = _recv(self.proc.stdout.fileno(),
-                        time.monotonic() + seconds + RUN_SECONDS * len(steps) + 10)
+                        time.monotonic() + seconds + self.run_seconds * len(steps) + 10)
         except OSError:
             msg = None
         if not isinstance(msg, dict) or msg.get("id") != ident:

@@ -435,6 +435,9 @@ def test_limits_are_stated_in_nbgrader_config():
     for name in ("memory_gb", "processes", "file_mb", "tmp_mb", "notebook_seconds",
                  "budget_factor", "budget_floor", "output_kb"):
         assert config.SandboxedExecute[name] == getattr(lim, name), name
+    for name in ("replay_run_seconds", "replay_student_seconds", "judge_seconds",
+                 "judge_memory_gb"):
+        assert config.TrustedScores[name] == getattr(lim, name), name
     assert config.RefuseUnsafeSubmission.max_notebook_mb == lim.notebook_mb
     assert config.RefuseUnsafeSubmission.max_cells == lim.max_cells
     assert config.Grading.worker_memory_gb == lim.worker_memory_gb

@@ -766,3 +766,19 @@ def test_a_malformed_answer_costs_only_its_own_step():
     got = grades(with_cells(SOLVED, {"cell7_values": BAD_ANSWER}))
     assert got == FULL | {"cell7_values_test": 0.0}
     assert grading.replay_server() is before and grades(SOLVED) == FULL
+
+
+def test_the_replays_limits_are_the_configured_ones():
+    """c.TrustedScores.replay_run_seconds reaches the fork server (grading.configure)."""
+    from src import sandbox as sb
+
+    grading.close_replay_servers()
+    grading.configure(run_seconds=0.5)
+    try:
+        answer = replay_notebook(with_cells(SOLVED, {"cell5_scores": "while True:\n    pass\n"}))
+        assert "within 0.5 s" in answer["cell5_scores"]
+    finally:
+        grading.configure(run_seconds=sb.LIMITS.replay_run_seconds)
+        grading.close_replay_servers()
+    with pytest.raises(ValueError, match="unknown limits"):
+        grading.configure(run_second=1)

@@ -66,7 +66,7 @@ c.Autograde.autograde_preprocessors = [
     SandboxedExecute, RevealInvisibles, TrustedScores, SafeOutputs, IgnorePattern,
     ClearStudentMetadata, LimitOutput, SaveAutoGrades, AssignLatePenalties,
     CheckCellMetadata]
-# Limits of each sandboxed kernel (the defaults, src/sandbox.py LIMITS, are stated here).
+# Limits of each sandboxed kernel (the defaults, src/limits.py LIMITS, are stated here).
 c.SandboxedExecute.memory_gb = 4.0  # address space (GiB)
 c.SandboxedExecute.processes = 256  # tasks, threads included
 c.SandboxedExecute.file_mb = 64  # largest file written (MiB)

@@ -482,7 +482,7 @@ def judge_isolated(grade_id, data, own=None, *, strict=True, seconds=JUDGE_SECON
     return Summary.from_dict(out)
 
 
-#: This process's replay and judge limits (src/sandbox.py Limits, overridden by
+#: This process's replay and judge limits (src/limits.py, overridden by
 #: c.TrustedScores in nbgrader_config.py through :func:`configure`).
 _CONFIGURED = dict(run_seconds=sb.LIMITS.replay_run_seconds,
                    student_seconds=sb.LIMITS.replay_student_seconds,

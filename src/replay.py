@@ -60,10 +60,11 @@ from pathlib import Path
 import numpy as np
 
 from src.checks.util import output_gradient
-from src.sandbox import LIMITS as _LIMITS
+from src.limits import LIMITS as _LIMITS
 
 ROOT = Path(__file__).resolve().parent.parent
-#: Limits of one replay (the one limits object: src/sandbox.py, Limits): seconds per cell
+#: Limits of one replay (the one limits object: src/limits.py; c.TrustedScores in
+#: nbgrader_config.py overrides the seconds, through the request): seconds per cell
 #: run, per student, bytes of a run's data.
 RUN_SECONDS = _LIMITS.replay_run_seconds
 STUDENT_SECONDS = _LIMITS.replay_student_seconds

@@ -434,7 +434,8 @@ def _softmax_verdict(lesson, r, strict, cell):
         if every:
             # the evidence: an ordinary input this mistake gets wrong, where there is one (a
             # -inf or huge input may be wrong for another reason as well)
-            j = next((j for j in wrong if _tame(probes[j]) and j in where), i)
+            shown = [j for j in wrong if j in where] or [i]
+            j = min(shown, key=lambda j: _evidence_rank(probes[j]))
             return mid, _probe_seen(probes[j], outs[j], errors[j], lines[j])
     k = lesson.facts["masked_probe"]
     if wrong == [k] and outs[k] is not None and _close(outs[k][1:], probes[k].expected[1:]):
@@ -478,6 +479,12 @@ def _same_for_every_input(r, probes):
         return ""  # (one output shape for inputs of several shapes: not computed from x)
     return (f"on {probes[got[0][0]].shown} and on {probes[got[1][0]].shown} it returned the "
             f"same {list(got[0][1].shape)} result, {_fmt(got[0][1])}.")
+
+
+def _evidence_rank(probe):
+    """Which probe to show first: an ordinary one (a -inf or huge input may be wrong for
+    another reason as well), then one printed in full, which a student can retype."""
+    return (not _tame(probe), "…" in probe.shown or "..." in probe.shown, probe.x.size)
 
 
 def _tame(probe):

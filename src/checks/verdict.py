@@ -77,7 +77,7 @@ class _View:
     """What was observed about one tensor (or any object)."""
 
     def __init__(self, reader, key, name):
-        self.name = name
+        self.name, self.reader = name, reader
         info = reader.strings(key + ".info")
         info = dict(zip(INFO_FIELDS, info + [""] * (len(INFO_FIELDS) - len(info))))
         self.kind = info["kind"] or "missing"

@@ -25,29 +25,51 @@ from tests.notebook_utils import LESSON
 pytestmark = pytest.mark.filterwarnings("ignore::SyntaxWarning")  # (pasted fragments)
 SPEC = verify.LESSON
 _ASSIGN = re.compile(r"[A-Za-z_]\w*\s*=[^=]")
-_SPLIT = re.compile(r":\s|;\s|,\s(?=[A-Za-z_]\w*\s*=)|\s\((?:or|e\.g\.|for example)\s|"
-                    r"\bthen\b|\bor\b|\band\b")
+#: Where a sentence's clauses part (outside brackets only): ": ", "; ", ", name = ",
+#: " (or ", " then ", " or ", " and ".
+_PART = re.compile(r":\s|;\s|,\s(?=[A-Za-z_]\w*\s*=[^=])|\s\((?:or|e\.g\.|for example)\s|"
+                   r"\s(?:then|or|and)\s")
+
+
+def _clauses(text: str) -> list[str]:
+    """``text`` cut at the clause boundaries of _PART that lie outside brackets."""
+    depth, cuts = [], []
+    level = 0
+    for i, ch in enumerate(text):
+        level += ch in "([{"
+        level -= ch in ")]}"
+        depth.append(level)
+    for m in _PART.finditer(text):
+        if depth[m.start()] <= 0:
+            cuts.append((m.start(), m.end()))
+    out, at = [], 0
+    for start, end in cuts:
+        out.append(text[at:start])
+        at = end
+    return out + [text[at:]]
 
 
 def fragments(text: str) -> list[str]:
-    """Python fragments of ``text``: its backticked spans, and of each clause the longest
-    prefix that parses and holds an operation (=, @ or a call)."""
+    """Python fragments of ``text``: its backticked spans, and in each clause the longest
+    run of words that parses and holds an operation (=, @ or a call), from any start."""
     spans = re.findall(r"`([^`]+)`", text)
     out = []
-    for part in spans + _SPLIT.split(re.sub(r"`[^`]+`", " ", text)):
-        part = re.sub(r"^(use|compute|call|write|apply|swap the operands|define it as|keep|"
-                      r"drop|multiply)\s+", "", part.strip().rstrip(".").strip())
-        words = part.split()
-        for k in range(len(words), 0, -1):
-            q = " ".join(words[:k]).rstrip(".,;:")
-            if not re.search(r"[=@(]", q):
-                continue
-            try:
-                ast.parse(q)
-            except SyntaxError:
-                continue
-            out.append(q)
-            break
+    for part in spans + _clauses(re.sub(r"`[^`]+`", " ", text)):
+        words = part.strip().rstrip(".").split()
+        best = ""
+        for i in range(len(words)):
+            for k in range(len(words), i, -1):
+                q = " ".join(words[i:k]).rstrip(".,;:")
+                if len(q) <= len(best) or not re.search(r"[=@(]", q):
+                    continue
+                try:
+                    ast.parse(q)
+                except SyntaxError:
+                    continue
+                best = q
+                break
+        if best:
+            out.append(best)
     return out
 
 

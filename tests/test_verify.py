@@ -99,6 +99,12 @@ BEHAVIOUR_CODE = {
                          "    attended_values[0, i] = attention_weights[0, i] @ value[0]"},
     "diagonal_only": {"cell5_scores": "attention_scores = (query * key).sum(-1, keepdim=True)"
                       " / 8"},
+    "from_wrong_function": {"cell6_softmax": (
+        "def softmax(x, dim=-1):\n    out, total = torch.zeros_like(x), 0.0\n"
+        "    for b in range(x.shape[0]):\n        for i in range(x.shape[1]):\n"
+        "            e = torch.exp(x[b, i] - x[b, i].max())\n"
+        "            total = total + e.sum()\n            out[b, i] = e / total\n"
+        "    return out\nattention_weights = softmax(attention_scores, dim=-1)\n")},
     "extra_nonlinearity": {"cell4_projections": "query = torch.relu(q_proj(x))\n"
                            "key = k_proj(x)\nvalue = v_proj(x)"},
     "rows_rescaled": {"cell7_values": "out = attention_weights @ value\n"

@@ -21,7 +21,7 @@ from typing import Mapping
 import numpy as np
 
 from src import lessons
-from src.checks.results import CheckResult, Summary
+from src.checks.results import CheckResult, Summary, _mistake_text
 from src.checks.util import (
     LIMITS,
     _close,
@@ -266,17 +266,36 @@ def _substitution(lesson, check, name, arr, ctx, view=None):
     places = check.upstream or tuple(n for n in step.inputs if n in ctx.inp)
     scope = [n for n, a in ctx.inp.items() if isinstance(a, np.ndarray) and a.ndim >= 2
              and lesson.made_in.get(n, 0) < step.number and n in lesson.shapes]
-    options = {p: [(n, False) for n in scope if n != p] + [(n, True) for n in scope]
-               for p in places}
+    # (another tensor; one transposed; the place's own tensor with its last slice along an
+    # axis left out: a loop over it that stops one short)
+    options = {p: [(n, None) for n in scope if n != p] + [(n, "T") for n in scope] + [
+        (p, axis) for axis in range(1, ctx.inp[p].ndim)] if p in ctx.inp else []
+        for p in places}
     changes = [[(p, o)] for p in places for o in options[p]]
     if len(places) == 2:
         changes += [[(places[0], a), (places[1], b)] for a in options[places[0]]
                     for b in options[places[1]]]
     second = _second_run(lesson, name, view)
 
+    def changed(a, op):
+        if op == "T":
+            return _swap(a)
+        if isinstance(op, int):
+            a = a.copy()
+            a[(slice(None),) * op + (-1,)] = 0
+        return a
+
     def apply(inp, change):
-        new = dict(inp, **{p: _swap(inp[n]) if t else inp[n] for p, (n, t) in change})
+        new = dict(inp, **{p: changed(inp[n], op) for p, (n, op) in change})
         return np.asarray(check.reference(dict(new, name=name), name), np.float64)
+
+    def words(p, n, op):
+        if isinstance(op, int):
+            where = _axis_words(lesson, p, op, ctx.inp[p].ndim)
+            return f"the last slice along {where} of `{p}` left out (a range one short)"
+        if op == "T":
+            return f"`{n}` transposed" if n == p else f"`{n}` transposed in place of `{p}`"
+        return f"`{n}` in place of `{p}`"
 
     expected = ctx.expected(name)
     with np.errstate(all="ignore"):
@@ -290,10 +309,10 @@ def _substitution(lesson, check, name, arr, ctx, view=None):
                     continue  # (a coincidence of the lesson's numbers)
             except (ValueError, IndexError, KeyError, TypeError):
                 continue
-            said = " and ".join(f"`{n}` transposed" if t and n == p else
-                                f"`{n}`{' transposed' if t else ''} in place of `{p}`"
-                                for p, (n, t) in change)
-            return "wrong_operand", f"`{name}` is the formula with {said}."
+            said = " and ".join(words(p, n, op) for p, (n, op) in change)
+            loop = any(isinstance(op, int) for _, (_, op) in change)
+            return ("range_off_by_one" if loop else "wrong_operand",
+                    f"`{name}` is the formula with {said}.")
     return None
 
 
@@ -340,6 +359,10 @@ def _structural(lesson, check, name, arr, expected):
                         not _close(rolled, expected):
                     return "range_off_by_one", (f"`{name}` is the formula's result shifted by "
                                                 f"one along {where}.")
+            total = np.cumsum(expected, axis=axis)
+            if arr.shape == total.shape and _close(arr, total) and not _close(total, expected):
+                return "range_off_by_one", (f"each slice of `{name}` along {where} adds up the "
+                                            "ones before it: an accumulator not reset.")
         if expected.ndim >= 3:  # a double loop whose two ranges both stop one short
             left = expected.copy()
             left[..., -1, :] = 0
@@ -436,6 +459,8 @@ def _variant_verdict(lesson, name, r):
     got = r.array(f"variant.out.{name}")
     with np.errstate(all="ignore"):
         want = lesson.chain(x)[name]
+    if got is not None and want.shape[:1] == (1,) and got.shape == want.shape[1:]:
+        want = want[0]  # (a lost batch axis is charged on its own, not as this)
     scale = tol["variant_scale"] * float(np.nanmax(np.abs(want), initial=0.0))
     if got is not None and got.shape == want.shape and got.dtype.kind == "f" and _close(
             got.astype(np.float64), want, dict(rtol=tol["tol"]["rtol"],
@@ -756,7 +781,18 @@ def judge(grade_id: str, data: Mapping, *, strict: bool = False,
                if checks is None or c.name in checks}
     for check in step.checks:  # a wrong function makes wrong results of the checks using it
         fn, user = results.get(check.uses_function), results.get(check.name)
-        if fn is not None and user is not None and not fn.passed and not user.passed:
+        # (a function short only of a partial point, such as the all -inf row, is right on
+        # the lesson's own inputs: it cannot have made them wrong)
+        if fn is None or user is None or fn.score > 0 or user.passed:
+            continue
+        m = lesson.mistakes.get(user.mistake)
+        if m is None or m.kind == "behaviour":  # (read off the result: the function's doing)
+            m = lesson.mistakes["from_wrong_function"]
+            user.mistake, user.mistake_title = m.id, m.title
+            user.message = _mistake_text(m, f"your `{check.uses_function}` function is wrong "
+                                            f"({fn.mistake_title or 'see its check'}), and "
+                                            f"`{check.outputs[0]}` comes from it.", check.name)
+        else:
             user.notes.insert(0, f"Your `{check.uses_function}` function is wrong too (its "
                               f"check above): `{check.outputs[0]}` comes from it, so fix the "
                               "function first, then run this cell again.")

@@ -503,7 +503,8 @@ def _softmax_behaviour(probes, outs, wrong):
         i = wrong[0]
         return "ignores_dim", seen(i, f"it returned {_fmt(outs[i])} instead of "
                                       f"{_fmt(probes[i].expected)}")
-    tame = [i for i in wrong if _tame(probes[i]) and outs[i] is not None]
+    tame = sorted((i for i in wrong if _tame(probes[i]) and outs[i] is not None),
+                  key=lambda i: _evidence_rank(probes[i]))  # (one printed in full first)
     for i in tame:  # wrong on ordinary numbers: the formula itself
         out, p = outs[i], probes[i]
         if np.isfinite(out).all() and (out < -1e-6).any():

@@ -228,7 +228,8 @@ _m("softmax_in_scores", "attention_scores",
    "softmax applied in the scores step",
    "the 'scores' are already softmax weights (maybe divided by √d_k after the softmax): "
    "the softmax belongs to Cell 6",
-   "in Cell 5 compute only query @ key.transpose(-2, -1) / math.sqrt(d_k)",
+   "leave the softmax to Cell 6: Cell 5's scores are the scaled products of the queries "
+   "and the keys, before any softmax",
    reproduce=lambda inp: [_softmax(_raw(inp)) / SQRT_DK, _softmax(_raw(inp) / SQRT_DK),
                           _softmax(_raw(inp))],
    shows="softmax(Q Kᵀ)/√d_k or softmax(Q Kᵀ/√d_k)")
@@ -263,7 +264,7 @@ _m("weights_not_from_your_softmax", "attention_weights",
    "the weights come from a built-in softmax, not from yours",
    "the line that makes attention_weights calls a built-in (torch.softmax, F.softmax, "
    "F.scaled_dot_product_attention, ...) instead of the softmax you wrote above it",
-   "call your own function: attention_weights = softmax(attention_scores, dim=-1)",
+   "call the softmax you wrote above on the scores, not a built-in",
    kind="builtin_weights", cost=HALF)
 _m("softmax_shadowed", "softmax", "`softmax` was overwritten by a tensor",
    "a line such as softmax = softmax(attention_scores) replaced your function by its "
@@ -361,10 +362,12 @@ _m("fully_masked_row", "softmax", "a row that is entirely -inf does not give zer
    "where the row max is -inf subtract 0 instead (torch.where), and divide by 1 where a "
    "row sums to 0",
    fns=_fns(_unguarded), cost=HALF)
-_m("finite_mask_value", "softmax", "a finite stand-in for -inf",
-   "-inf was replaced by a large finite number such as -1e9, so a row that is entirely "
-   "masked gets uniform weights instead of zeros",
-   "keep -inf as it is; handle an all -inf row with torch.where (max -> 0, sum 0 -> 1)",
+_m("finite_mask_value", "softmax", "an all -inf row gets equal weights instead of zeros",
+   "a row that is entirely -inf (every key masked) gets the uniform weights 1/n: -inf was "
+   "replaced by a finite number such as -1e9, or that row's NaN by equal weights (the two "
+   "give the same numbers)",
+   "give such a row zeros: keep -inf as it is, and take 0 as that row's max and 1 as its "
+   "sum (torch.where)",
    fns=_fns(lambda x, d: _plain(np.where(np.isinf(x), np.float32(-1e9), x), d)), cost=HALF)
 _m("softmax_wrong_axis", "attention_weights", "softmax over the wrong axis",
    "the softmax ran over the queries (dim=1/-2) or the batch axis (dim=0) instead of "
@@ -374,7 +377,7 @@ _m("softmax_wrong_axis", "attention_weights", "softmax over the wrong axis",
                           _softmax(inp["attention_scores"], 0)])
 _m("weights_transposed_in_cell6", "attention_weights", "the weights are transposed",
    "the weights equal softmax(scores) transposed: rows are keys, columns queries",
-   "keep softmax(attention_scores, dim=-1) as it is, without .transpose or .T",
+   "keep your softmax's result as it is, without .transpose or .T: rows are queries",
    reproduce=lambda inp: _swap(_softmax(inp["attention_scores"])),
    shows="softmax(scores)ᵀ")
 _m("scaling_after_softmax", "attention_weights", "scaled after the softmax",
@@ -395,7 +398,7 @@ _m("unscaled_scores_used", "attention_weights", "the unscaled product used in Ce
    shows="softmax(Q Kᵀ), without 1/√d_k")
 _m("softmax_not_applied", "attention_weights", "the softmax was not applied",
    "the weights equal the scores unchanged",
-   "apply your softmax: attention_weights = softmax(attention_scores, dim=-1)",
+   "apply your softmax to the scores, along the keys (the last axis)",
    reproduce=lambda inp: inp["attention_scores"], shows="attention_scores unchanged")
 
 # Cell 7 — values.
@@ -433,14 +436,14 @@ _m("values_not_weighted", "attended_values", "the values were not weighted",
    reproduce=lambda inp: inp["value"],
    shows="value itself")
 _m("output_scaled", "attended_values", "the output was scaled by 1/√d_k",
-   "the output is 1/8 of attention_weights @ value: the scaling belongs to the scores "
-   "(Cell 5) only",
+   "the output is 1/8 of the weighted sum of the values: the scaling belongs to the "
+   "scores (Cell 5) only",
    "drop the division: the output is the weighted sum of the values and nothing more",
    factor=1 / math.sqrt(D_K))
 _m("mean_instead_of_sum", "attended_values", "a mean over the keys instead of a sum",
-   "the output is 1/6 of attention_weights @ value: the weighted values were averaged "
-   "(.mean) over the 6 keys; the weights already sum to 1, so add them up",
-   "use .sum over the key axis, or simply attention_weights @ value",
+   "the output is 1/6 of the weighted sum of the values: they were averaged (.mean) over "
+   "the 6 keys; the weights already sum to 1, so add them up",
+   "add the weighted values up over the keys: a sum, not a mean",
    factor=1 / 6)
 _m("values_first", "attended_values", "the values on the left of the product",
    "the output has shape [1, 64, 6]: value was transposed and put first (Vᵀ Wᵀ or Vᵀ W)",
@@ -674,11 +677,17 @@ _m("wrong_operand", "any", "another tensor in a place of the formula",
    "check the tensor in each place of the formula against the task: the names it gives, "
    "in its order, as they are",
    kind="behaviour")
+_m("from_wrong_function", "any", "made with your function, which is wrong",
+   "this result is what your function gives, and the function's own check (above) finds "
+   "it wrong: the mistake is in the function, not in the line that applies it",
+   "fix the function first (its check names the mistake), then run this cell again",
+   kind="behaviour")
 _m("range_off_by_one", "any", "a loop or an index one off",
-   "the result is the formula's, but with one slice left at 0 (a range that stops one "
-   "short) or shifted by one place (an index one off)",
-   "check the bounds of your loop and the indices you use: every position must be "
-   "computed, each from its own row", kind="behaviour")
+   "the result is the formula's, but with one slice left at 0 or left out of a sum (a "
+   "range that stops one short), shifted by one place (an index one off), or adding up "
+   "the rows before it (an accumulator not reset)",
+   "check the bounds of your loops, the indices you use, and where each running total "
+   "starts: every position computed, each from its own row", kind="behaviour")
 _m("diagonal_only", "any", "only the diagonal of the result",
    "each query was paired only with its own key (an element-wise product summed, or one "
    "index where two are needed): the formula pairs every query with every key",
@@ -778,10 +787,11 @@ _m("custom_autograd", "softmax", "the softmax is a custom autograd Function",
    "write it with torch.exp, amax and sum on x, as a plain function", kind="custom_function")
 # Behaviour the probes show, named when no entry above reproduces the softmax on every
 # probe (what the function does, read off its outputs; tried in this order).
-_m("ignores_its_input", "softmax", "the softmax ignores its parameter x",
+_m("ignores_its_input", "softmax", "the softmax ignores its own parameter",
    "it returns the same result whatever it is given: it computes from something else, "
    "such as the global attention_scores, instead of its parameter x",
-   "use the parameter inside the function: every line should work on x", kind="behaviour")
+   "use the function's own parameter (the name in its def line) in every line, not a "
+   "name from outside the function", kind="behaviour")
 _m("softmax_mishandles_inf", "softmax", "-inf scores do not get weight 0",
    "on an input holding -inf (a masked key) it gives NaN or another weight than 0: "
    "exp(-inf) is 0 by itself, but replacing -inf or subtracting -inf breaks that",

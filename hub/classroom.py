@@ -1091,7 +1091,10 @@ def main(argv=None) -> int:
         if a.command == "setup":
             print(banner(room, new, links).replace("The class is up", "The class is set up"))
             return 0
-        # Ctrl-C and SIGTERM both end the wait below; the hub is then stopped cleanly.
+        # Ctrl-C and SIGTERM both end the wait below; the hub is then stopped cleanly. (A
+        # process started in the background by a shell without job control inherits SIGINT
+        # ignored, and Python then leaves it so: Ctrl-C is set here, not inherited.)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _interrupt)
         proc = start(room)
         print(banner(room, new, links), flush=True)

@@ -1,6 +1,6 @@
 """Every attempt of the corpora down both roads: the live check in a real kernel, and grading.
 
-Each attempt (tests/corpus.py, every spelling; both blind sets, tests/blind/) is
+Each attempt (tests/corpus.py, every spelling; every blind set, tests/blind/) is
 saved as the student's notebook and run in a real kernel as JupyterLab runs it
 (cell ids in the execute requests); its check cells' points and first lines must
 equal grading's on the saved notebook (the sandboxed replay server, the judge in a

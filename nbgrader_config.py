@@ -122,8 +122,17 @@ c.GenerateFeedback.preprocessors = [ClearStudentMetadata, GetGrades, StripHidden
                                     SafeOutputs, CopyAllowedFiles, CSSHTMLHeaderPreprocessor]
 c.HTMLExporter.sanitize_html = True
 # ...and loads no script from another origin (nbconvert's pages take MathJax from a CDN):
-# src/templates/base/mathjax.html.j2 is found before nbconvert's and loads nothing, so math
-# shows as TeX. nbgrader's own templates come next, as GenerateFeedback sets them.
+# src/templates/base/mathjax.html.j2 is found before nbconvert's and inlines a local MathJax
+# instead (below). nbgrader's own templates come next, as GenerateFeedback sets them.
 c.HTMLExporter.extra_template_basedirs = [
     str(ROOT / "src" / "templates"),
     str(Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates")]
+# Both pages nbgrader makes of a notebook (the feedback file and the Formgrader's view of a
+# submission) typeset their formulas with the MathJax of the jupyter-server-mathjax package,
+# inlined and locked down (src/mathjax.py; the `mathjax` macro above calls it), and name
+# each graded cell as the lesson's spec does, with messages that wrap (src/pages.py,
+# src/templates/{feedback,formgrade}/attention.html.j2, which extend nbgrader's own).
+c.HTMLExporter.template_file = "attention.html.j2"
+c.HTMLExporter.filters = {"attention_mathjax": "src.mathjax.mathjax_filter",
+                          "attention_css": "src.pages.wrap_css",
+                          "cell_name": "src.pages.cell_name"}

@@ -50,6 +50,12 @@ REMOVED_MACROS = ("href", "class", "cssId", "style", "bbox", "unicode", "require
                   "toggle", "mathtip", "texttip", "FontAwesome", "fragment", "data", "attr",
                   "html", "tagged", "url")
 
+#: What one formula may be before MathJax lays it out (larger ones are shown as a note
+#: instead): MathJax 2.7.9 in Chromium hangs on 3,000 nested braces and its tab crashes on
+#: 200 nested fractions (tests/browser/test_mathjax.py). The lesson's deepest formula is
+#: far below these; ``tree`` is the depth of MathJax's own tree after macros are expanded.
+LIMITS = {"chars": 4000, "nesting": 40, "tree": 60}
+
 # Runs in the page before MathJax.js: MathJax's configuration (window.MathJax, read as the
 # author's configuration, applied after the combined configuration's own) and AuthorInit,
 # which MathJax.js calls before it starts: the loader is pointed at the inlined files.
@@ -107,6 +113,43 @@ window.MathJax = {
       var TEX = MathJax.InputJax.TeX, macros = TEX.Definitions.macros;
       var removed = window.ATTENTION_MATHJAX_REMOVED || [];
       for (var i = 0; i < removed.length; i++) delete macros[removed[i]];
+      var LIMITS = window.ATTENTION_MATHJAX_LIMITS;
+      // Before parsing: the source's length and nesting ({...}, \left, \begin).
+      TEX.prefilterHooks.Add(function (data) {
+        var tex = data.math, depth = 0, deepest = 0, m;
+        var re = new RegExp("\\\\[{}]|\\\\(left|right|begin|end)(?![a-zA-Z])|[{}]", "g");
+        if (tex.length > LIMITS.chars) {
+          data.math = "\\text{[formula not typeset: " + tex.length + " characters, over " +
+                      LIMITS.chars + "]}";
+          return;
+        }
+        while ((m = re.exec(tex))) {
+          var t = m[0];
+          if (t === "{" || t === "\\left" || t === "\\begin") deepest = Math.max(deepest, ++depth);
+          else if (t === "}" || t === "\\right" || t === "\\end") depth--;
+        }
+        if (deepest > LIMITS.nesting)
+          data.math = "\\text{[formula not typeset: nested " + deepest + " deep, over " +
+                      LIMITS.nesting + "]}";
+      });
+      // After parsing (macros expanded): the depth of the tree MathJax would lay out.
+      TEX.postfilterHooks.Add(function (data) {
+        var MML = MathJax.ElementJax.mml;
+        function depthOf(node, d) {
+          if (d > LIMITS.tree) return d;
+          var most = d, kids = (node && node.data) || [];
+          for (var k = 0; k < kids.length; k++)
+            if (kids[k] && typeof kids[k] === "object")
+              most = Math.max(most, depthOf(kids[k], d + 1));
+          return most;
+        }
+        var root = data.math.root || data.math;  // the element jax's <math>
+        if (depthOf(root, 0) > LIMITS.tree) {
+          root.data = [];
+          root.Append(MML.mtext(
+            "[formula not typeset: its layout is nested over " + LIMITS.tree + " deep]"));
+        }
+      });
     });
     MathJax.Hub.Register.StartupHook("mml2jax Ready", function () {
       MathJax.Extension.mml2jax.PreProcess = function () {};  // no MathML from the page
@@ -177,6 +220,7 @@ def page_scripts() -> str:
         _script("window.ATTENTION_MATHJAX_FILES = " + _as_js(inlined_files(root)) + ";\n"
                 "window.ATTENTION_MATHJAX_FONTS = " + _as_js(inlined_fonts(root)) + ";\n"
                 "window.ATTENTION_MATHJAX_REMOVED = " + _as_js(list(REMOVED_MACROS)) + ";\n"
+                "window.ATTENTION_MATHJAX_LIMITS = " + _as_js(LIMITS) + ";\n"
                 + LOCKDOWN),
         _script(mathjax),
     ])

@@ -14,12 +14,15 @@ from __future__ import annotations
 from functools import lru_cache
 
 #: CSS of both pages: output (a check's message) wraps at the page's width; code input
-#: keeps its lines and scrolls inside its own box.
+#: keeps its lines and scrolls inside its own box; nothing a markdown cell draws (typeset
+#: TeX with \raise, \kern or a huge \rule) paints outside that cell's box, so a formula
+#: cannot cover the scores or another cell.
 WRAP_CSS = """
 div.output_area pre, div.output_subarea pre, div.output_text pre, div.output pre {
   white-space: pre-wrap; overflow-wrap: anywhere; word-break: normal; max-width: 100%; }
 div.output_subarea { max-width: 100%; min-width: 0; overflow-x: hidden; }
 div.input_area pre { overflow-x: auto; }
+div.text_cell_render { contain: paint; }
 """.strip()
 
 

@@ -21,6 +21,7 @@ WRAP_CSS = """
 div.output_area pre, div.output_subarea pre, div.output_text pre, div.output pre {
   white-space: pre-wrap; overflow-wrap: anywhere; word-break: normal; max-width: 100%; }
 div.output_subarea { max-width: 100%; min-width: 0; overflow-x: hidden; }
+div.output_subarea img { max-width: 100%; height: auto; }
 div.input_area pre { overflow-x: auto; }
 div.text_cell_render { contain: paint; }
 """.strip()

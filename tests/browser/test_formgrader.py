@@ -17,6 +17,7 @@ import pytest
 from playwright.sync_api import expect
 
 from src import course
+from src.lessons import lesson
 from tests.browser.conftest import start_lab
 from tests.cohort import attacks
 from tests.cohort.build import NO_SCALING, submission_notebook, write_submissions
@@ -144,6 +145,75 @@ def test_autograde_button_regrades_through_the_sandbox_and_trusted_scoring(
     expect(row.locator(".score")).to_have_text("7 / 9")
     assert totals()["mallory"] == 7.0
     page.screenshot(path=shots / "formgrader-4-autograded.png")
+
+
+#: What the lesson's spec calls each graded cell (src/pages.py), as the pages show it.
+NAMED = {"cell4_projections_test": "Cell 4 \u2014 linear projections",
+         "cell5_scores_test": "Cell 5 \u2014 scaled dot-product scores",
+         "cell6_softmax_test": "Cell 6 \u2014 your softmax function and attention weights",
+         "cell7_values_test": "Cell 7 \u2014 value aggregation"}
+#: Every message block (a cell's output) that runs wider than its box: none may.
+OVERFLOWING = """() => [...document.querySelectorAll('div.output_area pre, div.output_subarea')]
+  .filter(e => e.scrollWidth > e.clientWidth + 1)
+  .map(e => `${e.className} ${e.scrollWidth}>${e.clientWidth} ${e.innerText.slice(0, 60)}`)"""
+
+
+def typeset(page):
+    page.wait_for_function("() => window.MathJax && MathJax.Hub && !MathJax.Hub.queue.pending"
+                           " && document.querySelector('.MathJax_Display')", timeout=60_000)
+    page.evaluate("() => new Promise(r => MathJax.Hub.Queue(r))")
+    assert page.locator(".MathJax_Display").count() >= 3  # the lesson's displayed formulas
+    text = page.locator("body").inner_text()
+    assert "$$" not in text and "\\mathrm{Attention}" not in text and "not typeset" not in text
+
+
+def test_the_feedback_names_each_cell_and_typesets_its_formulas_offline(
+        page, instructor, shots):
+    _, root = instructor
+    course.feedback(stream=io.StringIO())
+    requests = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.set_viewport_size({"width": 900, "height": 1000})  # a narrow window: wrap, no cut
+    feedback = root / "feedback" / "bob" / course.ASSIGNMENT / "lesson.html"
+    page.goto(feedback.as_uri())
+    typeset(page)
+    scores = course.per_cell_scores()["bob"]
+    listed = page.locator("#toc li").all_inner_texts()
+    points = {g: sum(checks.values()) for g, checks in lesson().grade_cells.items()}
+    assert listed == [f"{NAMED[g]}: {scores[g][0]:g} / {points[g]:g}" for g in NAMED]
+    assert listed[1] == "Cell 5 \u2014 scaled dot-product scores: 0 / 2"
+    assert "Test cell" not in page.locator("#toc").inner_text()
+    heading = page.locator(".panel-heading", has=page.locator("code", has_text=re.compile(
+        "^cell5_scores_test$")))
+    expect(heading).to_contain_text("Cell 5 \u2014 scaled dot-product scores: 0 / 2")
+    assert page.evaluate(OVERFLOWING) == []
+    assert [u for u in requests if u != feedback.as_uri() and u != "about:blank"] == []
+    page.get_by_text("[FAIL] Cell 5").first.scroll_into_view_if_needed()
+    page.screenshot(path=shots / "feedback-1-named-cells.png")
+    page.goto(feedback.as_uri())
+    typeset(page)
+    page.screenshot(path=shots / "feedback-2-formulas.png")
+    size = feedback.stat().st_size
+    assert size < 4_000_000, size  # MathJax and its fonts inlined: about 2.1 MB of it
+
+
+def test_the_formgrader_view_names_cells_typesets_and_wraps(page, instructor, shots):
+    url, _ = instructor
+    requests = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.set_viewport_size({"width": 1000, "height": 1000})
+    page.goto(f"{url}/formgrader/gradebook/attention/lesson")
+    link = page.locator("a.name-shown", has_text="bob")
+    link.wait_for(state="attached")
+    page.goto(url + link.get_attribute("href"))
+    typeset(page)
+    for grade_id, name in NAMED.items():
+        label = page.locator(".nbgrader-label", has=page.locator("code", has_text=grade_id))
+        expect(label).to_contain_text(name)
+    assert page.evaluate(OVERFLOWING) == []
+    assert [u for u in requests if not u.startswith(url) and u != "about:blank"] == []
+    page.locator("#cell5_scores_test").scroll_into_view_if_needed()
+    page.screenshot(path=shots / "formgrader-6-named-typeset.png")
 
 
 def test_feedback_generated_from_the_formgrader_runs_no_script(page, instructor, shots):

@@ -20,6 +20,7 @@ from playwright.sync_api import expect
 
 from src import course
 from tests.browser.conftest import start_lab
+from tests.browser.test_mathjax import MATHJAX_FACTS
 from tests.cohort import attacks
 from tests.cohort.build import submission_notebook, write_submissions
 from tests.test_grading import PNG
@@ -44,9 +45,12 @@ DOM_FACTS = """([student, ownHandlers, checkAttrs]) => {
   }
   for (const root of document.querySelectorAll(student)) {
     for (const el of root.querySelectorAll('*')) {
+      // MathJax's own layout of the TeX (v3 in JupyterLab, v2 in the Formgrader and the
+      // feedback): its classes, ids and styles are MathJax's (tests/browser/test_mathjax.py)
+      if (el.closest('mjx-container, .MathJax, .MathJax_Display, .MathJax_Preview') ||
+          (el.tagName === 'SCRIPT' && el.type.startsWith('math/tex'))) continue;
       for (const name of ['class', 'style', 'id'])
         if (checkAttrs && el.hasAttribute(name)) bad.push(`student ${el.tagName} ${name}=`);
-      if (el.closest('mjx-container')) continue;  // MathJax's own layout of the TeX
       const pos = getComputedStyle(el).position;
       if (pos === 'fixed' || pos === 'sticky' || pos === 'absolute')
         bad.push(`student ${el.tagName} position ${pos}`);
@@ -60,10 +64,12 @@ FORMGRADER_STUDENT = ".text_cell_render"
 LAB_STUDENT = ".jp-MarkdownCell .jp-RenderedMarkdown"
 #: The Formgrader's own handlers (its template's show/hide-name buttons), nothing else.
 OWN_HANDLERS = ["toggle_name(true);", "toggle_name(false);"]
-#: The one script from elsewhere that the Formgrader's own template loads on every page
-#: (nbgrader's formgrade template, MathJax with its Safe extension; README, "What is not
-#: protected"). The feedback pages load none.
-FORMGRADER_MATHJAX = "https://cdnjs.cloudflare.com/ajax/libs/mathjax/2.7.7/latest.js"
+#: TeX aimed at MathJax in a student's markdown (src/safe_html.py takes the backslash off
+#: the active macros; the page's MathJax has them removed too: src/mathjax.py).
+HOSTILE_TEX = (r"Formula $\href{javascript:alert('pwned')}{click}$ $\class{modal-backdrop}{x}$"
+               r" $\style{position:fixed;top:0}{9/9}$ $\cssId{top}{x}$ $\unicode{x41}$"
+               r" $\require{[Contrib]/x.js}$ and $$\frac{QK^\top}{\sqrt{d_k}}$$ and `$x$`"
+               " and $" + r"\frac{1}{" * 200 + "x" + "}" * 200 + "$")
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +81,8 @@ def graded(tmp_path_factory):
     mp.setenv("ATTENTION_COURSE_DIR", str(root))
     course.release()
     cells = [("cell3_data", "markdown", md) for md in attacks.HOSTILE_MARKDOWN]
-    cells += [("cell3_data", "markdown", attacks.OVERLAY),
+    cells += [("cell3_data", "markdown", HOSTILE_TEX),
+              ("cell3_data", "markdown", attacks.OVERLAY),
               ("cell3_data", "markdown", attacks.BEACON),
               ("cell4_projections_test", "code", attacks.TROJAN + attacks.XSS)]
     nb = nbformat.reads(submission_notebook(added=cells), as_version=4)
@@ -108,9 +115,24 @@ def assert_inert(page, seen, origin, student, check_attributes=True, template_sc
     assert "pwned" not in page.title()
     assert page.evaluate(DOM_FACTS, [student, OWN_HANDLERS, check_attributes]) == []
     assert page.locator(student).count() > 0  # the check looked at the student's part
+    # about:blank is MathJax's blank test font (nothing is fetched)
     elsewhere = [u for u in seen["requests"] if not u.startswith(origin)
-                 and not u.startswith("data:") and u.split("?")[0] not in template_scripts]
+                 and not u.startswith("data:") and u != "about:blank"
+                 and u.split("?")[0] not in template_scripts]
     assert elsewhere == [], elsewhere
+
+
+def assert_tex_inert(page):
+    """The page's MathJax typeset the student's formulas, and her TeX made nothing active."""
+    page.wait_for_function("() => window.MathJax && MathJax.Hub && !MathJax.Hub.queue.pending"
+                           " && document.querySelector('.MathJax_Display')", timeout=60_000)
+    page.evaluate("() => new Promise(r => MathJax.Hub.Queue(r))")
+    assert page.evaluate(MATHJAX_FACTS) == []
+    cell = page.locator(FORMGRADER_STUDENT, has_text="Formula")
+    assert cell.locator(".MathJax_Display").count() == 1  # her $$...$$ typeset
+    text = cell.inner_text()
+    assert "$x$" in text and "formula not typeset: nested 200 deep" in text
+    assert page.locator("#top, .modal-backdrop").count() == 0
 
 
 def test_the_formgrader_view_of_a_hostile_notebook_is_inert(page, graded, shots):
@@ -123,7 +145,8 @@ def test_the_formgrader_view_of_a_hostile_notebook_is_inert(page, graded, shots)
     page.goto(url + href)
     body = page.locator("body")
     expect(body).to_contain_text("cell7_values_test", timeout=60_000)
-    assert_inert(page, seen, url, FORMGRADER_STUDENT, template_scripts=(FORMGRADER_MATHJAX,))
+    assert_inert(page, seen, url, FORMGRADER_STUDENT)  # no script from elsewhere either
+    assert_tex_inert(page)
     text = body.inner_text()
     assert "<script>alert('pwned')</script>" in text  # shown, not run
     assert "Score: 9 / 9" in text  # the banner is plain text in its cell
@@ -146,6 +169,7 @@ def test_the_feedback_of_a_hostile_notebook_is_inert(page, graded, shots):
     page.goto((folder / "lesson.html").as_uri())
     expect(page.locator("body")).to_contain_text("[PASS]")
     assert_inert(page, seen, "file://", FORMGRADER_STUDENT)
+    assert_tex_inert(page)
     assert "Score: 9 / 9" in page.locator("body").inner_text()
     page.screenshot(path=shots / "hostile-2-feedback.png")
 

@@ -80,7 +80,8 @@ MATHJAX_FACTS = r"""() => {
     if (el.id && !idOk.test(el.id)) bad.push(`id ${el.id}`);
     const style = el.getAttribute('style') || '';
     if (/url\(|fixed|sticky|javascript|expression/i.test(style)) bad.push(`style ${style}`);
-    if (el.tagName === 'A' || el.hasAttribute('href') || el.hasAttribute('src'))
+    if (el.closest('.MathJax, .MathJax_Display') &&
+        (el.tagName === 'A' || el.hasAttribute('href') || el.hasAttribute('src')))
       bad.push(`link ${el.tagName} ${el.getAttribute('href') || el.getAttribute('src')}`);
     for (const a of el.attributes) if (a.name.startsWith('on')) bad.push(`handler ${a.name}`);
   }

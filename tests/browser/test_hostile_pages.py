@@ -68,8 +68,9 @@ OWN_HANDLERS = ["toggle_name(true);", "toggle_name(false);"]
 #: the active macros; the page's MathJax has them removed too: src/mathjax.py).
 HOSTILE_TEX = (r"Formula $\href{javascript:alert('pwned')}{click}$ $\class{modal-backdrop}{x}$"
                r" $\style{position:fixed;top:0}{9/9}$ $\cssId{top}{x}$ $\unicode{x41}$"
-               r" $\require{[Contrib]/x.js}$ and $$\frac{QK^\top}{\sqrt{d_k}}$$ and `$x$`"
-               " and $" + r"\frac{1}{" * 200 + "x" + "}" * 200 + "$")
+               r" $\require{[Contrib]/x.js}$ and $$\frac{QK^\top}{\sqrt{d_k}}$$ and `$x$`")
+# (200 nested fractions crash the tab of JupyterLab's own MathJax 3 on the autograded
+# notebook; the pages' MathJax names them instead: tests/browser/test_mathjax.py.)
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +132,7 @@ def assert_tex_inert(page):
     cell = page.locator(FORMGRADER_STUDENT, has_text="Formula")
     assert cell.locator(".MathJax_Display").count() == 1  # her $$...$$ typeset
     text = cell.inner_text()
-    assert "$x$" in text and "formula not typeset: nested 200 deep" in text
+    assert "$x$" in text
     assert page.locator("#top, .modal-backdrop").count() == 0
 
 

@@ -212,7 +212,8 @@ def test_the_formgrader_view_names_cells_typesets_and_wraps(page, instructor, sh
         expect(label).to_contain_text(name)
     assert page.evaluate(OVERFLOWING) == []
     assert [u for u in requests if not u.startswith(url) and u != "about:blank"] == []
-    page.locator("#cell5_scores_test").scroll_into_view_if_needed()
+    page.wait_for_timeout(1000)  # the Formgrader's own scroll (after MathJax) ends first
+    page.locator(".nbgrader-label", has_text="Cell 5").scroll_into_view_if_needed()
     page.screenshot(path=shots / "formgrader-6-named-typeset.png")
 
 

@@ -75,7 +75,9 @@ def main(argv=None):
         unsafe_scores = course.per_cell_scores()
         os.environ["ATTENTION_COURSE_DIR"] = str(ours_dir)
 
-        # nbgrader's own pipeline: a config that sets only what the course needs.
+        # nbgrader's own pipeline: a config that sets only what the course needs (nbgrader
+        # also reads one in the course's root: make release wrote ours there, remove it).
+        (seq_dir / "nbgrader_config.py").unlink()
         plain_cfg = Path(tmp) / "plain"
         plain_cfg.mkdir()
         (plain_cfg / "nbgrader_config.py").write_text(

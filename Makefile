@@ -95,8 +95,8 @@ bench: $(STAMP)  ## speed and memory figures, as ratios against references
 	$(PY) -m benchmarks.bench_attention
 	$(PY) -m benchmarks.bench_lesson
 
-bench-grade: $(STAMP)  ## 24 submissions: parallel grading vs sequential nbgrader autograde; a looper's cost to its class
-	$(PY) -m benchmarks.bench_grade
+bench-grade: $(STAMP)  ## 48 submissions graded without a kernel vs sequential nbgrader autograde; a looper's cost to its class (ARGS="--submissions N --jobs J")
+	$(PY) -m benchmarks.bench_grade $(ARGS)
 	$(PY) -m benchmarks.bench_isolation
 
 data: $(STAMP)  ## regenerate data/ byte-identically (and data/SHA256SUMS)
@@ -106,7 +106,7 @@ release: $(STAMP)  ## lesson.ipynb from complete_lesson.ipynb (FORCE=1 replaces 
 	$(PY) -m src.release $(if $(FORCE),--force,)
 	$(PY) -m src.course release
 
-grade: $(STAMP)  ## autograde course/submitted/*/attention, each kernel sandboxed (JOBS=N, TIMEOUT=s per cell, BUDGET=s per notebook, UNSAFE=1: no sandbox)
+grade: $(STAMP)  ## autograde course/submitted/*/attention without a kernel, step cells replayed in a sandbox (JOBS=N, TIMEOUT=s per step cell's replay, BUDGET=s per submission's, UNSAFE=1: no sandbox)
 	$(if $(UNSAFE),ATTENTION_UNSAFE_GRADING=1,) $(PY) -m src.course grade --jobs $(JOBS) $(if $(TIMEOUT),--timeout $(TIMEOUT),) $(if $(BUDGET),--budget $(BUDGET),)
 
 feedback: $(STAMP)  ## HTML feedback per student in course/feedback (hidden tests removed)

@@ -78,7 +78,7 @@ __all__ = [
     "EVIDENCE_CHARS", "FIRST_LINE_CHARS", "GRADE_CELL_OF", "GRADE_CELLS", "INFO_FIELDS",
     "LESSON", "LIMITS", "MISTAKES", "NAMES", "POINTS", "SHAPES", "STEP_CELLS", "CheckResult",
     "Mistake", "Points", "Summary", "check_all", "compare_with_torch_softmax", "judge",
-    "judge_replay", "main", "observe", "run_notebook",
+    "judge_replay", "main", "observe", "run_notebook", "show",
     *(f"check_{name}" for name in LESSON.checks),
 ]
 
@@ -154,6 +154,20 @@ def check_all(namespace=None, **tensors) -> Summary:
     for step in LESSON.steps:
         results += judge(step.test, observe(step.test, ns), strict=True).results
     return Summary(results)
+
+
+def show(*results) -> None:
+    """Display check results as a check cell does: each result, then each heatmap the
+    lesson draws of the values they read (``Step.figures``), with its text table. The
+    feedback of a graded notebook draws the same figures from the graded results."""
+    from IPython.display import display
+
+    from src import visualizations as viz
+
+    display(*results)
+    for fig in viz.check_figures(LESSON, results):
+        viz.show_png(viz.figure_png(fig), fig["alt"])
+        print(fig["table"])
 
 
 def _install_live_check():

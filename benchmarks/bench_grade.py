@@ -1,20 +1,23 @@
-"""Sandboxed parallel grading against plain sequential `nbgrader autograde` (``make bench-grade``).
+"""Grading without a kernel against plain sequential `nbgrader autograde` (``make bench-grade``).
 
-24 synthetic submissions (the correct solution and the catalogued mistakes,
+48 synthetic submissions (the correct solution and the catalogued mistakes,
 in turn) are graded three times from identical copies of one course, in the
 same run:
 
-- ours: ``src.course.grade`` with JOBS workers, every kernel sandboxed and
-  scored outside it (what ``make grade`` does);
+- ours: ``src.course.grade`` with JOBS workers (what ``make grade`` does): no
+  kernel, each step cell replayed in a sandboxed fork server per worker, whose
+  start is counted in the class's time;
 - ours, UNSAFE=1: the same without the sandbox, to measure its cost;
 - plain: ``nbgrader autograde attention --force`` in a subprocess with
-  nbgrader's own default pipeline (an nbgrader_config.py that sets only the
-  course, the timeout and the stub), one submission after another.
+  nbgrader's own default pipeline (a kernel per submission; an
+  nbgrader_config.py that sets only the course and the stub), one submission
+  after another.
 
-Target: ours at least 1.7x faster than plain on 2 cores, and the same
-per-cell scores for every submission (these are honest: none attacks the
-grader). Seconds per submission are printed next to the floor of executing
-one notebook: a fresh kernel doing only the lesson's imports.
+Targets (issue 23): ours at least 10x faster than plain, and the same per-cell
+scores for every submission (these are honest: none attacks the grader); one
+student's autograde on a warm server (the Formgrader's button after the first)
+at most 1/4 of a fresh kernel doing only the lesson's imports, measured here.
+Core-seconds per submission are wall x jobs / submissions.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--submissions", type=int, default=24)
+    parser.add_argument("--submissions", type=int, default=48)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
 
@@ -72,7 +75,9 @@ def main(argv=None):
         unsafe_scores = course.per_cell_scores()
         os.environ["ATTENTION_COURSE_DIR"] = str(ours_dir)
 
-        # nbgrader's own pipeline: a config that sets only what the course needs.
+        # nbgrader's own pipeline: a config that sets only what the course needs (nbgrader
+        # also reads one in the course's root: make release wrote ours there, remove it).
+        (seq_dir / "nbgrader_config.py").unlink()
         plain_cfg = Path(tmp) / "plain"
         plain_cfg.mkdir()
         (plain_cfg / "nbgrader_config.py").write_text(
@@ -95,26 +100,50 @@ def main(argv=None):
         same = not differ and ours_scores == unsafe_scores
         nb = nbformat.read(SOURCE_NOTEBOOK, as_version=4)
         floor = min(run_notebook(imports_only(nb)) for _ in range(3))
-        lesson = min(run_notebook(nbformat.read(SOURCE_NOTEBOOK, as_version=4))
-                     for _ in range(2))
+        one = one_student_warm(ours_dir, cases[1]["name"])
 
-    n = args.submissions
+    n, jobs = args.submissions, args.jobs
     speedup = sequential / ours
-    print(f"{n} submissions, {args.jobs} jobs, {os.cpu_count()} cores")
-    print(f"  ours (make grade, sandboxed)  {ours:7.1f} s   {ours / n:5.2f} s per submission")
+    print(f"{n} submissions, {jobs} jobs, {os.cpu_count()} cores, load average "
+          f"{os.getloadavg()[0]:.2f} at the end")
+    print(f"  ours (make grade, sandboxed)  {ours:7.1f} s   {ours / n:5.2f} s per submission, "
+          f"{ours * jobs / n:5.2f} core-s (start of {jobs} replay servers included)")
     print(f"  ours, UNSAFE=1 (no sandbox)   {unsafe:7.1f} s   {unsafe / n:5.2f} s per submission")
-    print(f"  sandbox cost                  {(ours - unsafe) / n * args.jobs:+7.2f} s per "
+    print(f"  sandbox cost                  {(ours - unsafe) / n * jobs:+7.2f} core-s per "
           f"submission ({ours / unsafe:.2f}x)")
     print(f"  nbgrader autograde (serial)   {sequential:7.1f} s   {sequential / n:5.2f} s per "
           "submission")
-    print(f"  speed-up                      {speedup:7.2f}x  (target >= 1.7: "
-          f"{'met' if speedup >= 1.7 else 'MISSED'})")
+    print(f"  speed-up                      {speedup:7.2f}x  (target >= 10: "
+          f"{'met' if speedup >= 10 else 'MISSED'})")
+    print(f"  one student, warm server      {one:7.2f} s   = {one / floor:.2f} x a fresh kernel "
+          f"doing only the lesson's imports ({floor:.2f} s; target <= 0.25: "
+          f"{'met' if one <= floor / 4 else 'MISSED'})")
     print(f"  per-cell scores identical     {same}" + (f" (differ: {differ})" if differ else ""))
     print(f"  failures                      {len(report.failed)}")
-    print(f"  floor: one fresh kernel doing only the lesson's imports {floor:5.2f} s; "
-          f"the whole reference lesson {lesson:5.2f} s")
+    per = ours / n
+    print(f"  500 students at this rate: about {500 * per / 60:.1f} min with {jobs} jobs")
     if not same:
         raise SystemExit("the two gradebooks differ")
+
+
+def one_student_warm(course_root: Path, student: str, repeats: int = 3) -> float:
+    """Seconds of one student's autograde in a process that graded before (its replay
+    server warm), as the Formgrader's button runs it in the instructor's server: the
+    fastest of ``repeats``."""
+    from src import grading
+
+    os.environ["ATTENTION_COURSE_DIR"] = str(course_root)
+    api = course.make_api()
+    api.autograde(ASSIGNMENT, student, force=True, create=True)  # starts the server
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        result = api.autograde(ASSIGNMENT, student, force=True, create=True)
+        best = min(best, time.perf_counter() - t0)
+        if not result["success"]:
+            raise SystemExit(f"autograde of {student} failed: {result.get('error')}")
+    grading.close_replay_servers()
+    return best
 
 
 if __name__ == "__main__":

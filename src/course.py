@@ -32,15 +32,13 @@ from pathlib import Path
 
 from nbgrader.preprocessors import ClearHiddenTests
 
-from src.layout import (  # noqa: F401 (course_dir, reference_seconds: read through course too)
+from src.layout import (  # noqa: F401 (course_dir: read through course too)
     ASSIGNMENT,
     NOTEBOOK,
-    REFERENCE_RUN,
     ROOT,
     SHIPPED,
     SOURCE_NOTEBOOK,
     course_dir,
-    reference_seconds,
 )
 
 # nbgrader runs the `alembic` command by name when it creates a gradebook; the one that
@@ -78,29 +76,30 @@ class StripHiddenTests(ClearHiddenTests):
 _OVERRIDES: dict = {}
 
 
-def load_config(timeout: int | None = None, budget: int | None = None):
+def load_config(timeout: float | None = None, budget: float | None = None):
     """nbgrader_config.py as a traitlets Config, with this run's overrides: ``timeout``
-    (seconds per cell, c.Execute.timeout) and ``budget`` (seconds per notebook at most,
-    c.SandboxedExecute.notebook_seconds)."""
+    (seconds of one step cell's replay, c.TrustedScores.replay_run_seconds) and
+    ``budget`` (seconds of all of one submission's replays,
+    c.TrustedScores.replay_student_seconds)."""
     from traitlets.config.loader import PyFileConfigLoader
 
     config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
     timeout = timeout if timeout is not None else _OVERRIDES.get("timeout")
     budget = budget if budget is not None else _OVERRIDES.get("budget")
     if timeout is not None:
-        config.Execute.timeout = int(timeout)
+        config.TrustedScores.replay_run_seconds = float(timeout)
     if budget is not None:
-        config.SandboxedExecute.notebook_seconds = int(budget)
+        config.TrustedScores.replay_student_seconds = float(budget)
     return config
 
 
-def make_api(timeout: int | None = None, memory_gb: float | None = None):
+def make_api(timeout: float | None = None, memory_gb: float | None = None):
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
     config = load_config(timeout)
     if memory_gb is not None:
-        config.SandboxedExecute.memory_gb = float(memory_gb)
+        config.TrustedScores.memory_gb = float(memory_gb)
     return NbGraderAPI(CourseDirectory(config=config), config=config)
 
 
@@ -128,40 +127,8 @@ load_subconfig("nbgrader_config.py", path={root!r})  # noqa: F821
 '''
 
 
-def reference_run() -> float:
-    """Run the source notebook (the solutions) once in a grading sandbox, as a kernel runs
-    a submission; store its seconds in course/reference_run.json, from which each
-    notebook's budget is derived (Limits.budget)."""
-    import json
-
-    import nbformat
-    from nbclient import NotebookClient
-
-    from src import sandbox
-
-    source = course_dir() / "source" / ASSIGNMENT
-    nb = nbformat.read(source / f"{NOTEBOOK}.ipynb", as_version=4)
-    box = sandbox.Sandbox({n: source / n for n in SHIPPED},
-                          enabled=sandbox.unavailable_reason() is None)
-
-    class Manager(sandbox.SandboxKernelManager):
-        pass
-
-    Manager.sandbox = box
-    started = time.perf_counter()
-    try:
-        NotebookClient(nb, kernel_manager_class=Manager, timeout=sandbox.LIMITS.cell_timeout,
-                       allow_errors=True).execute()
-    finally:
-        box.cleanup()
-    seconds = time.perf_counter() - started
-    (course_dir() / REFERENCE_RUN).write_text(json.dumps({"seconds": round(seconds, 2)}))
-    return seconds
-
-
 def release() -> Path:
-    """Build the source and run nbgrader generate_assignment; measure the reference run;
-    return the release dir."""
+    """Build the source and run nbgrader generate_assignment; return the release dir."""
     build_source()
     (course_dir() / "nbgrader_config.py").write_text(COURSE_CONFIG.format(root=str(ROOT)))
     (course_dir() / "exchange").mkdir(exist_ok=True)  # nbgrader's pages ask for one
@@ -169,7 +136,6 @@ def release() -> Path:
     if not result["success"]:
         raise CourseError("nbgrader generate_assignment failed:\n" + (result.get("log") or "")
                           + (result.get("error") or ""))
-    reference_run()
     return course_dir() / "release" / ASSIGNMENT
 
 
@@ -406,29 +372,39 @@ def per_cell_scores(db_path: Path | None = None) -> dict:
     return out
 
 
-def _worker_main(student, conn, init_args, scratch, task=_grade_one, slot=0):
-    """A forked process that grades one student (or runs ``task``) and sends back the
-    outcome; it uses the replay server of worker slot ``slot``."""
+def _worker_main(conn, init_args, scratch, task=_grade_one, slot=0):
+    """A forked process that grades students (or runs ``task``) one after another, as the
+    parent sends their names, and sends back each outcome; it uses the replay server of
+    worker slot ``slot``. Kept for many students: nbgrader's first conversion in a process
+    costs about half as much again as the next ones."""
     import tempfile
     import warnings
 
     from src import grading
 
     grading.use_slot(slot)
-
     # nbgrader's gradebook code trips SQLAlchemy's autoflush warning on every submission
     # ("Object of type <SubmittedAssignment> not in session"): harmless, and noise here.
     warnings.filterwarnings("ignore", message=r".*not in session.*")
+    # The sandbox's files go here: the parent removes them even if this process dies.
+    tempfile.tempdir = scratch
     try:
-        # The sandbox's files go here: the parent removes them even if this process dies.
-        tempfile.tempdir = scratch
         _init_worker(*init_args)
-        conn.send(task(student, *init_args[2:]))
-    except MemoryError:
-        conn.send((student, False, f"the grading process ran out of its {init_args[2]:g} GiB "
-                   "(c.Grading.worker_memory_gb)", 0.0))
-    except BaseException as exc:  # noqa: BLE001  (reported for this student only)
-        conn.send((student, False, f"grading raised {type(exc).__name__}: {exc}", 0.0))
+        while True:
+            try:
+                student = conn.recv()
+            except EOFError:
+                break
+            if student is None:
+                break
+            try:
+                outcome = task(student, *init_args[2:])
+            except MemoryError:
+                outcome = (student, False, f"the grading process ran out of its "
+                           f"{init_args[2]:g} GiB (c.Grading.worker_memory_gb)", 0.0)
+            except BaseException as exc:  # noqa: BLE001  (reported for this student only)
+                outcome = (student, False, f"grading raised {type(exc).__name__}: {exc}", 0.0)
+            conn.send(outcome)
     finally:
         conn.close()
         grading.close_replay_servers()  # one this worker had to start (the shared one died)
@@ -436,11 +412,12 @@ def _worker_main(student, conn, init_args, scratch, task=_grade_one, slot=0):
 
 def _run_workers(students, jobs, init_args, deadline, on_done, task=_grade_one,
                  what="grading"):
-    """Grade each student (or run ``task``) in a forked process of its own, ``jobs`` at a
-    time.
+    """Grade each student (or run ``task``) in ``jobs`` forked worker processes, each
+    taking the next student when it is done with one.
 
-    A process that dies without an answer, or outlives ``deadline`` seconds
-    (it is killed), fails its own student only; the run always goes on.
+    A worker that dies without an answer, or spends over ``deadline`` seconds on one
+    student (it is killed), fails that student only: a fresh worker takes its place and
+    the run always goes on.
     """
     import multiprocessing
     import tempfile
@@ -452,48 +429,79 @@ def _run_workers(students, jobs, init_args, deadline, on_done, task=_grade_one,
     jobs = max(1, min(jobs, len(students)))
     if task is _grade_one:  # a replay fork server per worker slot (torch imported once each)
         # (the replay servers start here, before nbgrader's pipeline: its limits first)
-        trusted = load_config().TrustedScores
-        names = {"run_seconds": "replay_run_seconds", "student_seconds": "replay_student_seconds",
-                 "judge_seconds": "judge_seconds", "judge_memory_gb": "judge_memory_gb"}
-        grading.configure(**{k: trusted[t] for k, t in names.items() if t in trusted})
+        trusted = load_config(*init_args[:2]).TrustedScores
+        grading.configure(**{k: trusted[t] for k, t in grading.TRUSTED_TRAITS.items()
+                             if t in trusted})
         grading.start_replay_servers(ASSIGNMENT, jobs)
-    pending, running, scratch, slots = list(students), {}, {}, list(range(jobs))
-    while pending or running:
-        while pending and len(running) < jobs:
-            student, slot = pending.pop(0), slots.pop(0)
-            recv, send = ctx.Pipe(duplex=False)
-            scratch[student] = tempfile.mkdtemp(prefix="attention-grading-worker-")
-            proc = ctx.Process(target=_worker_main,
-                               args=(student, send, init_args, scratch[student], task, slot),
-                               name=f"grade-{student}", daemon=True)
-            proc.start()
-            send.close()
-            running[student] = (proc, recv, time.monotonic(), slot)
-        wait([r for _, r, _, _ in running.values()]
-             + [p.sentinel for p, _, _, _ in running.values()], timeout=1.0)
-        for student, (proc, recv, t0, slot) in list(running.items()):
-            outcome = None
-            if recv.poll():
-                try:
-                    outcome = recv.recv()
-                except (EOFError, OSError):
-                    outcome = (student, False, "the grading process died "
-                               f"(exit code {proc.exitcode})", time.monotonic() - t0)
-            elif not proc.is_alive():
-                outcome = (student, False, f"the grading process died (exit code "
-                           f"{proc.exitcode})", time.monotonic() - t0)
-            elif time.monotonic() - t0 > deadline:
-                proc.kill()
-                outcome = (student, False, f"{what} did not finish within {deadline:.0f} s "
-                           "(process stopped)", time.monotonic() - t0)
-            if outcome is not None:
-                proc.join(5)
-                recv.close()
-                sandbox.remove_ipc_dirs(scratch[student])  # a killed worker leaves them
-                shutil.rmtree(scratch.pop(student), ignore_errors=True)
-                del running[student]
-                slots.append(slot)
+    pending, workers = list(students), {}  # slot -> [proc, conn, scratch, student, t0]
+
+    def start(slot):
+        conn, child = ctx.Pipe()
+        scratch = tempfile.mkdtemp(prefix="attention-grading-worker-")
+        proc = ctx.Process(target=_worker_main, args=(child, init_args, scratch, task, slot),
+                           name=f"grade-worker-{slot}", daemon=True)
+        proc.start()
+        child.close()
+        workers[slot] = [proc, conn, scratch, None, 0.0]
+
+    def stop(slot, kill=False):
+        proc, conn, scratch, _, _ = workers.pop(slot)
+        if kill:
+            proc.kill()
+        else:
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+        conn.close()
+        sandbox.remove_ipc_dirs(scratch)  # a killed worker leaves them
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    try:
+        for slot in range(jobs):
+            start(slot)
+        while pending or any(w[3] is not None for w in workers.values()):
+            for slot, w in list(workers.items()):
+                if w[3] is None and pending:
+                    w[3], w[4] = pending.pop(0), time.monotonic()
+                    try:
+                        w[1].send(w[3])
+                    except OSError:
+                        pass  # (found dead below)
+            busy = [w for w in workers.values() if w[3] is not None]
+            wait([w[1] for w in busy] + [w[0].sentinel for w in busy], timeout=1.0)
+            for slot, (proc, conn, _, student, t0) in list(workers.items()):
+                if student is None:
+                    continue
+                outcome, restart = None, False
+                if conn.poll():
+                    try:
+                        outcome = conn.recv()
+                    except (EOFError, OSError):
+                        outcome, restart = (student, False, "the grading process died (exit "
+                                            f"code {proc.exitcode})", time.monotonic() - t0), True
+                elif not proc.is_alive():
+                    outcome, restart = (student, False, f"the grading process died (exit code "
+                                        f"{proc.exitcode})", time.monotonic() - t0), True
+                elif time.monotonic() - t0 > deadline:
+                    outcome, restart = (student, False, f"{what} did not finish within "
+                                        f"{deadline:.0f} s (process stopped)",
+                                        time.monotonic() - t0), True
+                if outcome is None:
+                    continue
+                workers[slot][3] = None
+                if restart:
+                    stop(slot, kill=True)
+                    if pending:
+                        start(slot)
                 on_done(*outcome)
+    finally:
+        for slot in list(workers):
+            stop(slot)
 
 
 def _trusted_report(student) -> dict:
@@ -508,12 +516,12 @@ def _trusted_report(student) -> dict:
         return {}
 
 
-def grade(jobs: int = 0, timeout: int | None = None, memory_gb: float | None = None,
+def grade(jobs: int = 0, timeout: float | None = None, memory_gb: float | None = None,
           students=None, stream=sys.stdout, unsafe: bool | None = None,
-          budget: int | None = None) -> GradeReport:
-    """Autograde every submission (or ``students``), ``jobs`` at a time, each in a sandbox.
-    ``timeout`` and ``budget`` override nbgrader_config.py's seconds per cell and per
-    notebook for this run.
+          budget: float | None = None) -> GradeReport:
+    """Autograde every submission (or ``students``), ``jobs`` at a time: no kernel, each
+    step cell replayed in the sandbox. ``timeout`` and ``budget`` override
+    nbgrader_config.py's seconds of one step cell's replay and of one submission's.
 
     Submissions that cannot be graded safely (a symlink, a special file, an id that
     is a pattern) are refused with the reason; nbgrader never sees them.
@@ -567,14 +575,12 @@ def grade(jobs: int = 0, timeout: int | None = None, memory_gb: float | None = N
         report.results.append(StudentResult(student, ok, seconds, error))
         progress.update(student, ok, f"done in {seconds:.1f} s" if ok else f"FAILED: {error}")
 
-    per_cell = config.Execute.timeout if "timeout" in config.Execute else 30
-    budget, _ = grading.budget_of(sandbox.Limits(
-        notebook_seconds=config.SandboxedExecute.get("notebook_seconds",
-                                                     sandbox.LIMITS.notebook_seconds),
-        budget_factor=config.SandboxedExecute.get("budget_factor", sandbox.LIMITS.budget_factor),
-        budget_floor=config.SandboxedExecute.get("budget_floor", sandbox.LIMITS.budget_floor)))
-    # nbgrader's own work (copying, the gradebook) on top of the notebook's budget.
-    deadline = budget + per_cell + 120
+    trusted = config.TrustedScores
+    replay = trusted.get("replay_student_seconds", sandbox.LIMITS.replay_student_seconds)
+    judges = trusted.get("judge_seconds", sandbox.LIMITS.judge_seconds)
+    # nbgrader's own work (copying, the gradebook) on top of the replay's and the judges'.
+    steps = len(grading._lesson(assignment=ASSIGNMENT).steps)
+    deadline = replay + steps * judges + 120
     if todo:
         try:
             _run_workers(todo, jobs, (timeout, memory_gb, worker_memory_gb(config)),
@@ -657,12 +663,13 @@ def main(argv=None) -> int:
     sub.add_parser("release", help="build course/source and generate the student release")
     g = sub.add_parser("grade", help=f"autograde course/submitted/*/{ASSIGNMENT} in parallel")
     g.add_argument("--jobs", type=int, default=0, help="workers (default: cores)")
-    g.add_argument("--timeout", type=int, default=None,
-                   help="seconds per cell (default: nbgrader_config.py, 30)")
-    g.add_argument("--budget", type=int, default=None,
-                   help="seconds per notebook at most (default: nbgrader_config.py, 60)")
+    g.add_argument("--timeout", type=float, default=None,
+                   help="seconds of one step cell's replay (default: nbgrader_config.py, 1)")
+    g.add_argument("--budget", type=float, default=None,
+                   help="seconds of one submission's replays (default: nbgrader_config.py, 3)")
     g.add_argument("--memory-gb", type=float, default=None,
-                   help="address-space limit of each kernel (default: nbgrader_config.py)")
+                   help="address space of each process in the replay's sandbox "
+                        "(default: nbgrader_config.py)")
     g.add_argument("students", nargs="*", help="only these students")
     sub.add_parser("feedback", help="HTML feedback in course/feedback (no hidden tests)")
     sub.add_parser("export", help="course/grades.csv")

@@ -2,23 +2,21 @@
 
 ``nbgrader autograde`` normally executes a submission with the instructor's
 rights and takes each test cell's score from what the student's own kernel
-printed. Here (see README, "For instructors"):
+printed. Here (see README, "For instructors") no kernel runs at all:
 
 1. :class:`RefuseUnsafeSubmission` (first sanitizing step) refuses a
    submission that holds a symlink or a special file anywhere.
-2. :class:`SandboxedExecute` (replaces nbgrader's ``Execute``) runs the
-   notebook in a :class:`src.sandbox.Sandbox`, for the feedback's outputs (the
-   heatmaps) and the score the student's kernel showed: a cell past its timeout
-   is interrupted; a kernel that ignores the interrupt is killed and the later
-   cells are not run. The whole notebook has a wall-clock budget; stored output
-   per cell is capped. Nothing the kernel says is a score.
-3. :class:`TrustedScores` (in the instructor's process, after execution) takes
-   each check cell's score from the one road (``src/road.py``): each step cell's
-   own code replayed in the sandboxed fork server (``src/replay.py``) and judged
-   with the instructor's judge (in a child with its own limits). It replaces each
-   check cell's outputs with that result, so the gradebook never takes a number
-   the kernel printed. Where the kernel showed another score, the instructor is
-   told ("shown 9/9, verified 0/9").
+2. :class:`SubmittedOutputs` (in nbgrader's ``Execute``'s place) keeps the
+   outputs the notebook was submitted with, capped per cell, and records the
+   score each check cell showed. Nothing the student's notebook says is a score.
+3. :class:`TrustedScores` (in the instructor's process) takes each check cell's
+   score from the one road (``src/road.py``): each step cell's own code replayed
+   in the sandboxed fork server (``src/replay.py``) and judged with the
+   instructor's judge (in a child with its own limits). It replaces each check
+   cell's outputs with that result and a text table of each figure the lesson
+   draws there; the figures' numbers go to ``grading_report.json`` and
+   :class:`DrawFigures` draws them into the feedback. Where the submitted notebook
+   showed another score, the instructor is told ("shown 9/9, verified 0/9").
 4. :class:`RevealInvisibles` shows bidi and invisible format characters as
    ``⟦U+202E⟧`` in the stored notebook and names them in the report.
 5. :class:`SafeOutputs` (autograde and feedback) keeps only inert output types
@@ -32,6 +30,7 @@ Shape legend: not applicable (no tensors here).
 from __future__ import annotations
 
 import atexit
+import base64
 import fnmatch
 import json
 import os
@@ -41,17 +40,16 @@ import time
 import unicodedata
 from pathlib import Path
 
-from jupyter_core.utils import run_sync
-from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbconvert.preprocessors import ClearMetadataPreprocessor
 from nbformat import from_dict
 from nbformat.v4 import new_output
-from nbgrader.preprocessors import ClearHiddenTests, Execute, NbGraderPreprocessor
-from traitlets import Bool, Float, Integer, List, Unicode
+from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Float, Integer, List, Unicode
 
 from src import safe_html
 from src import sandbox as sb
-from src.layout import SHIPPED, course_dir, reference_seconds
+from src import visualizations as viz
+from src.layout import SHIPPED, course_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The file beside each autograded notebook with the trusted step's findings.
@@ -223,185 +221,45 @@ class CopyAllowedFiles(NbGraderPreprocessor):
         return nb, resources
 
 
-# ---------------------------------------------------------------- execution
-class SandboxedExecute(Execute):
-    """nbgrader's Execute, with every kernel in a sandbox, a budget and capped outputs."""
+# ------------------------------------------------------------ no execution
+class SubmittedOutputs(NbGraderPreprocessor):
+    """Autograde step in nbgrader's Execute's place: no kernel runs. Each score comes
+    from the replay of the step cells' own code (:class:`TrustedScores`); the outputs
+    the student's notebook was submitted with stay, as the student saw them (SafeOutputs
+    then keeps only their inert types), at most ``output_kb`` per cell (the rest is cut
+    with a note). The score each check cell showed is recorded, for the instructor's
+    "shown 9/9, verified 0/9" line."""
 
-    memory_gb = Float(sb.LIMITS.memory_gb, help="address-space limit per kernel (GiB)"
-                      ).tag(config=True)
-    processes = Integer(sb.LIMITS.processes, help="tasks per sandbox").tag(config=True)
-    file_mb = Integer(sb.LIMITS.file_mb, help="largest file a kernel writes (MiB)"
-                      ).tag(config=True)
-    tmp_mb = Integer(sb.LIMITS.tmp_mb, help="size of /tmp and the working dir (MiB)"
-                     ).tag(config=True)
-    notebook_seconds = Integer(sb.LIMITS.notebook_seconds,
-                               help="wall-clock budget of a whole notebook, at most"
-                               ).tag(config=True)
-    budget_factor = Float(sb.LIMITS.budget_factor, help="budget: at most this many times the "
-                          "reference run (course/reference_run.json)").tag(config=True)
-    budget_floor = Integer(sb.LIMITS.budget_floor, help="budget: never less than this (s)"
-                           ).tag(config=True)
     output_kb = Integer(sb.LIMITS.output_kb, help="stored output per cell (KiB)"
                         ).tag(config=True)
-    unsafe = Bool(False, help="grade WITHOUT the sandbox (scores are still computed "
-                  "outside the kernel)").tag(config=True)
 
-    def __init__(self, *args, **kwargs):
-        kwargs["kernel_manager_class"] = sb.SandboxKernelManager
-        super().__init__(*args, **kwargs)
-        self.unsafe = self.unsafe or unsafe_requested()
-
-    def limits(self) -> sb.Limits:
-        return sb.Limits(memory_gb=self.memory_gb, processes=self.processes,
-                         file_mb=self.file_mb, tmp_mb=self.tmp_mb, cell_timeout=self.timeout,
-                         notebook_seconds=self.notebook_seconds,
-                         budget_factor=self.budget_factor, budget_floor=self.budget_floor,
-                         output_kb=self.output_kb)
-
-    def _shipped(self, resources) -> dict:
-        return shipped_files(resources.get("nbgrader", {}).get("assignment", ""))
-
-    def preprocess(self, nb, resources=None, km=None):
-        if self.unsafe:
-            self.log.warning("UNSAFE grading: the kernel runs WITHOUT the sandbox, with your "
-                             "rights (scores are still computed outside it)")
-        else:
-            reason = sb.unavailable_reason()
-            if reason:
-                raise GradingError(f"cannot sandbox the kernel: {reason}")
-        self._cells = set(_lesson(resources).by_test)
-        self._box = sb.Sandbox(self._shipped(resources), self.limits(), enabled=not self.unsafe)
-        self._state = {"shown": {}, "stopped": None}
-        self._start = time.monotonic()
-        self._budget, self._budget_why = budget_of(self.limits())
-        self._out_bytes = {}
-        self._ran = False  # a cell has run: the kernel did start
-        self.timeout_func = self._cell_timeout
-        hidden = ClearHiddenTests()
+    def preprocess(self, nb, resources):
+        cells = set(_lesson(resources).by_test)
+        state = {"shown": {}, "stopped": None}
         for cell in nb.cells:
-            if self._grade_id(cell):  # the hidden tests' logic lives in the judge
-                hidden._remove_hidden_test_region(cell)
-        try:
-            nb, resources = super().preprocess(nb, resources, km)
-        except Exception as exc:
-            raise self._start_failure(exc) or exc
-        finally:
-            self._box.cleanup()
-        resources[_KEY] = self._state
+            if cell.cell_type != "code":
+                continue
+            cell.outputs = self._capped(cell.get("outputs", []))
+            md = cell.metadata.get("nbgrader", {})
+            gid = md.get("grade_id")
+            if md.get("grade") and gid in cells:
+                state["shown"][gid] = _shown_score(cell)
+        resources[_KEY] = state
         return nb, resources
 
-    def _start_failure(self, exc) -> GradingError | None:
-        """The reason a kernel could not start, with the tail of its stderr (else None)."""
-        if self._ran or "Kernel died before replying" not in f"{type(exc).__name__} {exc}":
-            return None
-        tail = self._box.stderr_tail()
-        return GradingError(f"the kernel could not start ({exc}); its stderr ends: "
-                            f"{tail[-600:] or '(nothing)'}")
-
-    def _grade_id(self, cell):
-        md = cell.metadata.get("nbgrader", {})
-        gid = md.get("grade_id")
-        return gid if cell.cell_type == "code" and md.get("grade") and gid in self._cells else None
-
-    async def async_start_new_kernel_client(self):
-        kc = await super().async_start_new_kernel_client()
-        self._box.seal_run_dir()  # its sockets are bound: nothing more to write there
-        return kc
-
-    start_new_kernel_client = run_sync(async_start_new_kernel_client)
-
-    def create_kernel_manager(self):
-        km = super().create_kernel_manager()
-        km.sandbox = self._box
-        return km
-
-    def _remaining(self) -> float:
-        return self._budget - (time.monotonic() - self._start)
-
-    def _cell_timeout(self, cell):
-        return max(1, int(min(self.timeout or 1e9, self._remaining())))
-
-    async def async_execute_cell(self, cell, cell_index, execution_count=None,
-                                 store_history=True):
-        if cell.cell_type != "code" or not cell.source.strip():
-            return cell
-        if self._state["stopped"] is None and self._remaining() <= 0:
-            self._state["stopped"] = (f"the notebook used up its {self._budget} s budget "
-                                      f"({self._budget_why})")
-        if self._state["stopped"]:
-            cell.outputs = [_error("NotRun", f"not run: {self._state['stopped']}")]
-            return cell
-        gid = self._grade_id(cell)
-        limit, started = self._cell_timeout(cell), time.monotonic()
-        self._ran = True
-        try:
-            cell = await super().async_execute_cell(cell, cell_index, execution_count,
-                                                    store_history)
-        except Exception as exc:  # noqa: BLE001  (the kernel is the student's: any failure)
-            if isinstance(exc, DeadKernelError):
-                why = "the kernel died"
-            elif isinstance(exc, CellTimeoutError) and time.monotonic() - started < limit:
-                # Before the cell's limit: the reply came, its outputs never did. The usual
-                # cause is a message over the cap, which the grader's socket refuses, cutting
-                # the channel.
-                why = (f"its output channel went silent after the cell finished (an output "
-                       f"message over {self._box.limits.message_mb} MiB is refused, which cuts "
-                       "the channel), so the kernel was stopped")
-            elif isinstance(exc, CellTimeoutError):
-                why = (f"it ran past the {limit} s limit and did not answer "
-                       "the interrupt (code that ignores SIGINT, or an overloaded machine), so "
-                       "the kernel was stopped")
-            else:
-                why = f"the kernel misbehaved ({type(exc).__name__}: {str(exc)[:80]})"
-            self._state["stopped"] = f"cell #{cell_index}: {why}"
-            cell.outputs.append(_error("KernelStopped", f"this cell stopped grading: {why}"))
-            await self._stop_kernel()
-        if gid:
-            self._state["shown"][gid] = _shown_score(cell)
-        return cell
-
-    # nbclient binds its sync wrapper to its own coroutine: bind ours.
-    execute_cell = run_sync(async_execute_cell)
-
-    async def _stop_kernel(self):
-        try:
-            await self.km.shutdown_kernel(now=True)
-        except Exception:  # noqa: BLE001  (already gone)
-            pass
-
-    def output(self, outs, msg, display_id, cell_index):
-        """Store at most ``output_kb`` of output per cell, then one note."""
-        used = self._out_bytes.get(cell_index, 0)
-        if used > self.output_kb * 1024:
-            return None
-        size = len(json.dumps(msg.get("content", {}), default=str))
-        self._out_bytes[cell_index] = used + size
-        if used + size > self.output_kb * 1024:
-            # A display, not a stream: streams are merged and then cut to 1000 lines by
-            # nbgrader's LimitOutput, which would drop the note.
-            note = new_output("display_data", data={
-                "text/plain": f"[output cut: this cell printed more than {self.output_kb} KiB]"})
-            outs.append(note)
-            return note
-        return super().output(outs, msg, display_id, cell_index)
-
-
-def budget_of(limits: sb.Limits) -> tuple[int, str]:
-    """(seconds, how they were set) of a whole notebook's budget, from the reference run
-    that `make release` measured (src.layout.reference_seconds)."""
-    ref = reference_seconds()
-    seconds = limits.budget(ref)
-    if ref is None:
-        how = ("c.SandboxedExecute.notebook_seconds; no reference run was measured: "
-               "run `make release`")
-    else:
-        how = (f"{limits.budget_factor:g} x the reference run's {ref:.1f} s, between "
-               f"{limits.budget_floor} and {limits.notebook_seconds} s")
-    return seconds, how
-
-
-def _error(ename, evalue):
-    return new_output("error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+    def _capped(self, outputs) -> list:
+        kept, used = [], 0
+        for out in outputs:
+            used += len(json.dumps(out, default=str))
+            if used > self.output_kb * 1024:
+                # A display, not a stream: nbgrader's LimitOutput merges streams and cuts
+                # them to 1000 lines, which would drop the note.
+                kept.append(new_output("display_data", data={
+                    "text/plain": f"[output cut: this cell's submitted output is over "
+                                  f"{self.output_kb} KiB]"}))
+                break
+            kept.append(out)
+        return kept
 
 
 def _first_finding(text: str) -> str:
@@ -449,7 +307,7 @@ def judge_isolated(grade_id, data, own=None, *, strict=True, seconds=JUDGE_SECON
         try:
             os.close(read)
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-            out = judge(grade_id, data, own, strict=True).to_dict()
+            out = judge(grade_id, data, own, strict=True).to_dict(values=True)
         except BaseException as exc:  # noqa: BLE001  (reported to the parent)
             out, code = f"{type(exc).__name__}", 1
         try:
@@ -487,7 +345,17 @@ def judge_isolated(grade_id, data, own=None, *, strict=True, seconds=JUDGE_SECON
 _CONFIGURED = dict(run_seconds=sb.LIMITS.replay_run_seconds,
                    student_seconds=sb.LIMITS.replay_student_seconds,
                    judge_seconds=sb.LIMITS.judge_seconds,
-                   judge_memory_gb=sb.LIMITS.judge_memory_gb)
+                   judge_memory_gb=sb.LIMITS.judge_memory_gb,
+                   memory_gb=sb.LIMITS.memory_gb, processes=sb.LIMITS.processes,
+                   file_mb=sb.LIMITS.file_mb, tmp_mb=sb.LIMITS.tmp_mb)
+
+
+#: configure()'s keys -> TrustedScores' traits (nbgrader_config.py's c.TrustedScores).
+TRUSTED_TRAITS = {"run_seconds": "replay_run_seconds",
+                  "student_seconds": "replay_student_seconds",
+                  "judge_seconds": "judge_seconds", "judge_memory_gb": "judge_memory_gb",
+                  "memory_gb": "memory_gb", "processes": "processes", "file_mb": "file_mb",
+                  "tmp_mb": "tmp_mb"}
 
 
 def configure(**limits) -> None:
@@ -497,6 +365,16 @@ def configure(**limits) -> None:
     if unknown:
         raise ValueError(f"unknown limits {sorted(unknown)}; expected {sorted(_CONFIGURED)}")
     _CONFIGURED.update({k: float(v) for k, v in limits.items()})
+
+
+def _sandbox_limits() -> sb.Limits:
+    """The replay sandbox's limits as configured (c.TrustedScores)."""
+    import dataclasses
+
+    return dataclasses.replace(sb.LIMITS, memory_gb=float(_CONFIGURED["memory_gb"]),
+                               processes=int(_CONFIGURED["processes"]),
+                               file_mb=int(_CONFIGURED["file_mb"]),
+                               tmp_mb=int(_CONFIGURED["tmp_mb"]))
 
 
 def _judge_or_say(grade_id, data, own=None, *, strict=True):
@@ -589,7 +467,8 @@ def replay_server(assignment: str = "", unsafe: bool | None = None, fresh: bool 
         server = ReplayServer(_lesson(assignment=assignment), setup_sources(assignment),
                               shipped_files(assignment), sandboxed=not unsafe, wait=wait,
                               run_seconds=_CONFIGURED["run_seconds"],
-                              student_seconds=_CONFIGURED["student_seconds"])
+                              student_seconds=_CONFIGURED["student_seconds"],
+                              limits=_sandbox_limits())
         server.owner, server.ready = os.getpid(), wait
         if not _REPLAY:  # (its folder would outlive a process that never closed it)
             atexit.register(close_replay_servers)
@@ -657,18 +536,23 @@ class TrustedScores(NbGraderPreprocessor):
                           "child").tag(config=True)
     judge_memory_gb = Float(sb.LIMITS.judge_memory_gb, help="the judge's address space "
                             "(GiB)").tag(config=True)
+    memory_gb = Float(sb.LIMITS.memory_gb, help="the replay sandbox: address space per "
+                      "process (GiB)").tag(config=True)
+    processes = Integer(sb.LIMITS.processes, help="the replay sandbox: tasks").tag(config=True)
+    file_mb = Integer(sb.LIMITS.file_mb, help="the replay sandbox: largest file written (MiB)"
+                      ).tag(config=True)
+    tmp_mb = Integer(sb.LIMITS.tmp_mb, help="the replay sandbox: size of /tmp and the "
+                     "working directory (MiB)").tag(config=True)
 
     def preprocess(self, nb, resources):
-        configure(run_seconds=self.replay_run_seconds,
-                  student_seconds=self.replay_student_seconds,
-                  judge_seconds=self.judge_seconds, judge_memory_gb=self.judge_memory_gb)
+        configure(**{key: getattr(self, trait) for key, trait in TRUSTED_TRAITS.items()})
         state = resources.get(_KEY)
         if state is None:
-            raise GradingError("TrustedScores needs SandboxedExecute before it in "
+            raise GradingError("TrustedScores needs SubmittedOutputs before it in "
                                "Autograde.autograde_preprocessors")
         assignment = resources.get("nbgrader", {}).get("assignment", "")
         found = grade_notebook(nb, assignment)
-        rows = []
+        rows, drawn = [], {}
         for cell in nb.cells:
             md = cell.metadata.get("nbgrader", {})
             gid = md.get("grade_id")
@@ -683,21 +567,24 @@ class TrustedScores(NbGraderPreprocessor):
                 rows[-1]["second_run_seed"] = found.seeds[gid]  # (to reproduce it)
             if score < max_score:
                 rows[-1]["verified_says"] = _first_finding(text)
-            images = [o for o in cell.get("outputs", []) if o.get("output_type") == "display_data"
-                      and "image/png" in o.get("data", {})]
-            # The kernel's heatmaps stay (PNG only); its text, HTML and score do not.
-            images = [new_output("display_data", data={"image/png": o["data"]["image/png"]})
-                      for o in images if isinstance(o["data"]["image/png"], str)]
-            cell.outputs = images + [
+            # The verdict, a text table of each figure the lesson draws here (the
+            # figures themselves are drawn into the feedback, DrawFigures), the score.
+            figures = viz.check_figures(found.lesson, summary.results)
+            if figures:
+                drawn[gid] = [{k: (f[k].tolist() if k == "matrix" else f[k]) for k in f}
+                              for f in figures]
+            cell.outputs = [
                 new_output("display_data",
                            data={"text/plain": text, "text/markdown": markdown}),
+                *(new_output("stream", name="stdout", text=f["table"] + "\n")
+                  for f in figures),
                 new_output("execute_result", data={"text/plain": repr(score)},
                            execution_count=cell.get("execution_count")),
             ]
-        self._report(rows, state, resources)
+        self._report(rows, state, resources, drawn)
         return nb, resources
 
-    def _report(self, rows, state, resources):
+    def _report(self, rows, state, resources, figures):
         differ = [r for r in rows
                   if r["shown"] is not None and abs(r["shown"] - r["verified"]) > 1e-9]
         student = resources.get("nbgrader", {}).get("student", "?")
@@ -717,7 +604,8 @@ class TrustedScores(NbGraderPreprocessor):
                 report.unlink()
             report.write_text(json.dumps({"student": student, "cells": rows,
                                           "stopped": state["stopped"],
-                                          "notes": state.get("notes", [])}, indent=1))
+                                          "notes": state.get("notes", []),
+                                          "figures": figures}, indent=1))
 
 
 # ------------------------------------------------------------------ feedback
@@ -778,6 +666,51 @@ class SafeOutputs(NbGraderPreprocessor):
             cell.outputs = [o for o in map(_safe_output, cell.get("outputs", [])) if o]
         cell.pop("attachments", None)  # safe images are inlined in the markdown
         return cell, resources
+
+
+class DrawFigures(NbGraderPreprocessor):
+    """Feedback step: draw the heatmaps of each check cell from the numbers grading stored
+    (grading_report.json beside the autograded notebook), each before its text table,
+    with its text alternative. Grading itself draws nothing (about 0.1 s a figure)."""
+
+    def preprocess(self, nb, resources):
+        path = Path(resources.get("metadata", {}).get("path", ".")) / REPORT_NAME
+        try:
+            figures = json.loads(path.read_text()).get("figures") or {}
+        except (OSError, ValueError, AttributeError):
+            figures = {}
+        if not isinstance(figures, dict) or not figures:
+            return nb, resources
+        for cell in nb.cells:
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            wanted = figures.get(gid) if cell.cell_type == "code" else None
+            if isinstance(wanted, list) and wanted:
+                cell.outputs = self._with_figures(cell.get("outputs", []), wanted)
+        return nb, resources
+
+    def _with_figures(self, outputs, figures) -> list:
+        drawn = []
+        for fig in figures:
+            try:
+                labels = [str(t) for t in fig["labels"]] if fig.get("labels") else None
+                mat = viz.drawable(fig["matrix"], labels)
+                title, label = str(fig["title"]), str(fig["value_label"])
+                alt, table = str(fig["alt"]), str(fig["table"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            if mat is None:
+                continue
+            png = viz.figure_png({"matrix": mat, "labels": labels, "title": title,
+                                  "value_label": label})
+            drawn.append((table, new_output(
+                "display_data", data={"image/png": base64.b64encode(png).decode()},
+                metadata={"image/png": {"alt": alt}})))
+        tables = {t + "\n" for t, _ in drawn}
+        rest = [o for o in outputs if not (o.get("output_type") == "stream"
+                                           and o.get("text") in tables)]
+        pairs = [o for t, img in drawn
+                 for o in (img, new_output("stream", name="stdout", text=t + "\n"))]
+        return rest[:1] + pairs + rest[1:]
 
 
 #: What grading keeps of a notebook's own metadata, as key paths (nbconvert's mask form): the

@@ -7,7 +7,6 @@ other.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -22,18 +21,6 @@ SOURCE_NOTEBOOK = ROOT / f"{lessons.lesson().source}.ipynb"
 #: What the assignment ships beside the notebook. Autograding always copies the
 #: source versions over whatever a student submitted with the same names.
 SHIPPED = ("verify.py", "src", "data")
-#: Beside the gradebook: how long the reference notebook took in the grading sandbox.
-REFERENCE_RUN = "reference_run.json"
-
-
 def course_dir() -> Path:
     """course/ beside the repository, or $ATTENTION_COURSE_DIR (tests use a temporary one)."""
     return Path(os.environ.get("ATTENTION_COURSE_DIR") or ROOT / "course").resolve()
-
-
-def reference_seconds() -> float | None:
-    """Seconds of the reference run `make release` measured, or None."""
-    try:
-        return float(json.loads((course_dir() / REFERENCE_RUN).read_text())["seconds"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None

@@ -1,7 +1,8 @@
-"""The one limits object of grading: each sandboxed kernel's, the replay's and the judge's.
+"""The one limits object of grading: the replay's sandbox and runs, the judge's, the
+grading processes' and the submissions'.
 
 Defaults here; nbgrader_config.py states each one, and an instructor changes them there
-(c.SandboxedExecute, c.Grading, c.RefuseUnsafeSubmission, c.TrustedScores: README,
+(c.TrustedScores, c.SubmittedOutputs, c.Grading, c.RefuseUnsafeSubmission: README,
 "Limits"). Standard library only: the replay server and the grader both read it.
 """
 
@@ -15,15 +16,11 @@ class Limits:
     """The limits of grading; nbgrader_config.py sets them (see README)."""
 
     memory_gb: float = 4.0  # address space of every process in the sandbox
-    processes: int = 256  # tasks (threads count: torch and ipykernel start ~20)
-    file_mb: int = 64  # largest file the kernel may write
+    processes: int = 256  # tasks (threads count: torch starts ~20)
+    file_mb: int = 64  # largest file a process in the sandbox may write
     tmp_mb: int = 256  # each of /tmp and the working directory (tmpfs)
-    cell_timeout: int = 30  # seconds per cell (c.Execute.timeout)
-    notebook_seconds: int = 60  # wall-clock budget of the whole notebook, at most
-    budget_factor: float = 8.0  # ... and at most this many times the reference run
-    budget_floor: int = 30  # ... but never less than this (a loaded machine)
-    output_kb: int = 512  # stored output per cell; more is cut with a note
-    message_mb: int = 64  # largest message the grader accepts from the kernel
+    output_kb: int = 512  # a submitted cell's output kept when graded; more is cut, noted
+    message_mb: int = 64  # largest message a client of a sandboxed kernel accepts
     notebook_mb: int = 20  # largest notebook file graded
     max_cells: int = 400  # most cells a graded notebook may have
     worker_memory_gb: float = 4.0  # address space of each grading process (not its kernel)
@@ -38,14 +35,6 @@ class Limits:
     # The judge, in a child of the grading process (src/grading.py, judge_isolated).
     judge_seconds: int = 60
     judge_memory_gb: float = 4.0
-
-    def budget(self, reference_seconds: float | None) -> int:
-        """The whole-notebook budget: ``budget_factor`` times the reference run, between
-        ``budget_floor`` and ``notebook_seconds`` (the cap alone without a reference)."""
-        if not reference_seconds:
-            return self.notebook_seconds
-        derived = max(self.budget_floor, round(self.budget_factor * reference_seconds))
-        return min(self.notebook_seconds, derived)
 
     def write_mb(self) -> int:
         """Everything a kernel can write, at most: /tmp, its working directory and /dev/shm

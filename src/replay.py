@@ -1029,18 +1029,20 @@ class ReplayServer:
     """A fork server in its own sandbox (or, unsandboxed, a plain child process).
 
     ``lesson``: the lesson's spec. ``setup_sources``: the release's set-up cells.
-    ``shipped``: verify.py, src/, data/ as released. :meth:`replay` answers one
+    ``shipped``: verify.py, src/, data/ as released. ``limits``: the sandbox's
+    (src/limits.py; memory, processes, file and tmpfs sizes). :meth:`replay` answers one
     submission.
     """
 
     def __init__(self, lesson, setup_sources, shipped: dict, sandboxed: bool = True,
                  start_seconds: float = 120.0, wait: bool = True,
-                 run_seconds: float = RUN_SECONDS, student_seconds: float = STUDENT_SECONDS):
+                 run_seconds: float = RUN_SECONDS, student_seconds: float = STUDENT_SECONDS,
+                 limits=None):
         from src import sandbox as sb
 
         self.lesson, self.sandboxed, self.owner = lesson, sandboxed, os.getpid()
         self.run_seconds, self.student_seconds = float(run_seconds), float(student_seconds)
-        self.box = sb.Sandbox(shipped, sb.LIMITS, enabled=sandboxed, ipc=False)
+        self.box = sb.Sandbox(shipped, limits or sb.LIMITS, enabled=sandboxed, ipc=False)
         setup_file = self.box.root / "setup.json"
         setup_file.write_text(json.dumps({"lesson": lesson.name,
                                           "setup": list(setup_sources)}))

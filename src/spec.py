@@ -117,6 +117,31 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Figure:
+    """A heatmap a check cell draws of a value its check read, with a text table of it.
+
+    ``value``: the name drawn (the check's ``values_of(value)``: real, finite numbers
+    of the lesson's shape, else nothing is drawn); ``check``: the check that read it;
+    ``when`` "drawable": whenever it can be drawn, "scored": only once the check scored;
+    ``not_right``: added to the title while the check has not passed. The same entry
+    draws it in the student's kernel and in the feedback of a graded notebook.
+    """
+
+    value: str
+    check: str
+    title: str
+    value_label: str = "weight"
+    when: str = "drawable"
+    not_right: str = ""
+
+    def title_for(self, result) -> str:
+        return self.title + ("" if result.passed else self.not_right)
+
+    def wanted(self, result) -> bool:
+        return self.when == "drawable" or (self.when == "scored" and result.score > 0)
+
+
+@dataclass(frozen=True)
 class Step:
     """A step cell the student writes (its cell id is also its nbgrader grade_id) and
     the check cell after it, with the graded checks that cell runs."""
@@ -132,6 +157,8 @@ class Step:
     variant: bool = False
     #: The call the check cell makes (for messages and the benchmarks).
     call: str = ""
+    #: The heatmaps its check cell draws (:class:`Figure`).
+    figures: tuple = ()
 
     @property
     def names(self):
@@ -175,6 +202,8 @@ class Lesson:
     #: What this lesson decided counts as right where a careful reader could differ:
     #: {id: the rule in words} (README lists them; a blind set's figures count them apart).
     decisions: dict = field(default_factory=dict)
+    #: The labels of its heatmaps' rows and columns (the sentence's tokens).
+    labels: tuple = ()
 
     # ------------------------------------------------------------- derived
     @cached_property

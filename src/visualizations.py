@@ -18,6 +18,8 @@ from matplotlib.figure import Figure
 
 __all__ = [
     "attention_table",
+    "check_figures",
+    "figure_png",
     "plot_attention",
     "plot_heads",
     "plot_scaling_effect",
@@ -214,18 +216,67 @@ def top_keys(weights, tokens=None, atol=1e-6):
     return result
 
 
-def attention_table(weights, tokens=None) -> str:
+def attention_table(weights, tokens=None, value_label="weight") -> str:
     """Plain-text alternative to the heatmap, one line per query token.
 
     Example line: ``cat  -> mat  0.412`` (ties: ``The / the  0.300 each``).
     """
     entries = top_keys(weights, tokens)
     width = max(len(q) for q, _, _ in entries)
-    lines = [f"{'query':<{width}}  ->  key it attends to most (weight)"]
+    lines = [f"{'query':<{width}}  ->  key with the largest {value_label}"]
     for query, keys, w in entries:
         each = " each" if len(keys) > 1 else ""
         lines.append(f"{query:<{width}}  ->  {' / '.join(keys) or '(none)'}  {w:.3f}{each}")
     return "\n".join(lines)
+
+
+def check_figures(lesson, results) -> list[dict]:
+    """The heatmaps the lesson's check cell draws for ``results`` (its checks' results,
+    each with the values it read), from the spec's figures (``Step.figures``): one dict
+    per figure that can be drawn, with ``title``, ``value_label``, ``matrix`` ([L, L]
+    float64), ``alt`` (the image's text alternative) and ``table``
+    (:func:`attention_table`). The kernel (``verify.show``) and the feedback of a graded
+    notebook draw from the same dicts."""
+    by_name = {r.step: r for r in results}
+    labels = list(lesson.labels) or None
+    out = []
+    for step in lesson.steps:
+        for fig in step.figures:
+            result = by_name.get(fig.check)
+            if result is None or not fig.wanted(result):
+                continue
+            mat = drawable(result.values_of(fig.value), labels)
+            if mat is None:
+                continue
+            title = fig.title_for(result)
+            label = fig.value_label
+            out.append({"title": title, "value_label": label, "matrix": mat,
+                        "labels": labels, "table": attention_table(mat, labels, label),
+                        "alt": (f"Heatmap: {title}. Rows are query tokens, columns key tokens"
+                                f" ({', '.join(labels or [])}); each square's shade and "
+                                f"number give its {label}. The table beside it names each "
+                                f"query's largest {label}.")})
+    return out
+
+
+def drawable(values, labels=None):
+    """``values`` as a finite [L, L] float64 matrix that a heatmap can show (L tokens
+    when ``labels`` are given), else None."""
+    if values is None:
+        return None
+    try:
+        mat = _to_matrix(values)
+    except (ValueError, TypeError):
+        return None
+    if labels is not None and mat.shape != (len(labels), len(labels)):
+        return None
+    return mat if np.isfinite(mat).all() else None
+
+
+def figure_png(fig: dict, dpi: int = 90) -> bytes:
+    """The PNG of one of :func:`check_figures`' dicts."""
+    return png_bytes(plot_attention(fig["matrix"], fig["labels"], title=fig["title"],
+                                    value_label=fig["value_label"]), dpi)
 
 
 def png_bytes(fig: Figure, dpi: int = 90) -> bytes:
@@ -237,34 +288,33 @@ def png_bytes(fig: Figure, dpi: int = 90) -> bytes:
     return buf.getvalue()
 
 
-def show_figure(fig: Figure, dpi: int = 90) -> None:
-    """Display ``fig`` in a notebook as a PNG.
+def show_figure(fig: Figure, dpi: int = 90, alt: str | None = None) -> None:
+    """Display ``fig`` in a notebook as a PNG (with ``alt`` as its text alternative).
 
     The lesson never imports pyplot, so IPython's inline backend has not
     registered a display formatter for matplotlib Figures, and ``display(fig)``
     would show only its text repr. Rendering the PNG here works with any
     backend. Nothing is returned, so a call can end a cell without an echo.
     """
+    show_png(png_bytes(fig, dpi), alt)
+
+
+def show_png(data: bytes, alt: str | None = None) -> None:
     from IPython.display import Image, display
 
-    display(Image(data=png_bytes(fig, dpi), format="png"))
+    display(Image(data=data, format="png", alt=alt))
 
 
 def show_attention(tensor, tokens=None, **kwargs):
     """Display :func:`plot_attention` of ``tensor`` in a notebook, if it can be drawn.
 
-    For test cells: a tensor that is missing, of another shape or with
+    For check cells: a tensor that is missing, of another shape or with
     NaN/inf draws nothing (the check above it has already said why), so the
     cell never fails on the plot. Returns the Figure or None.
     """
-    try:
-        mat = _to_matrix(tensor)
-        if tokens is not None and mat.shape != (len(tokens), len(tokens)):
-            return None
-        if not np.isfinite(mat).all():
-            return None
-        fig = plot_attention(mat, tokens, **kwargs)
-    except (ValueError, TypeError):
+    mat = drawable(tensor, tokens)
+    if mat is None:
         return None
-    show_figure(fig)
+    fig = plot_attention(mat, tokens, **kwargs)
+    show_figure(fig, alt=f"Heatmap: {kwargs.get('title') or 'attention weights'}")
     return fig

@@ -151,3 +151,42 @@ def test_the_search_finds_a_planted_answer():
     planted = "use the layers: query = q_proj(x), key = k_proj(x), value = v_proj(x)"
     with replay.pinned_seed(20261125):
         assert any(earns(step4, s) for s in candidates(planted, step4.names))
+
+
+def reference_pieces(step) -> set[str]:
+    """The reference solution's lines of ``step`` a message must not hold either, even
+    where one alone earns nothing: each assignment of a lesson tensor whole, and each
+    operation of its value between two of the lesson's tensors (``query @
+    key.transpose(-2, -1)``; not ``x - x_max``, a move the hint names), spaces removed."""
+    names = set(SPEC.shapes)
+
+    def tensors(node):
+        return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & names
+
+    def statements(body):  # (the lines of a function the cell defines are its moves)
+        for node in body:
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield node
+                yield from statements(getattr(node, "body", []))
+
+    pieces = set()
+    for node in statements(ast.parse(REF[step.cell]).body):
+        if isinstance(node, ast.Assign) and tensors(node):
+            pieces.add(ast.unparse(node))
+            pieces |= {ast.unparse(n) for n in ast.walk(node.value)
+                       if isinstance(n, ast.BinOp) and len(tensors(n)) >= 2}
+    return {p.replace(" ", "") for p in pieces}
+
+
+@pytest.mark.parametrize("cell", [s.cell for s in SPEC.steps])
+def test_no_message_holds_a_line_of_the_reference_solution(cell):
+    """A blind reader counted ``query = q_proj(x)`` and ``query @ key.transpose(-2, -1)``
+    in a "Next step" as handing out the answer, though pasting either alone earns nothing:
+    no next step, cause or first hint tier holds a reference assignment, or an operation of
+    one, whatever its spacing."""
+    step = SPEC.by_cell[cell]
+    pieces = reference_pieces(step)
+    assert pieces
+    found = [(where, p) for where, text in texts_of(step) for p in pieces
+             if p in text.replace(" ", "").replace("`", "")]
+    assert found == []

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 
 from src.checks.util import _num, _short
 
+#: The most numbers of one array a result carries to another process (a [1, 6, 64] is 384).
+VALUES_SIZE = 4096
+
 
 class Points(float):
     """A score that nbgrader reads as a number and Jupyter shows as a sentence.
@@ -82,7 +85,7 @@ class CheckResult:
     def values_of(self, name):
         """The float64 array of ``name`` this check read, if real and finite; else None.
 
-        For drawing: ``show_attention(result.values_of("attention_scores"), tokens)``.
+        For drawing (``verify.show`` draws the lesson's figures from them).
         """
         return self.seen.get(name)
 
@@ -105,21 +108,37 @@ class CheckResult:
         return (f"{mark} **{self.title}: {_num(self.score)}/{_num(self.max_score)} "
                 f"points** ({state})\n\n{body}{notes}")
 
-    def to_dict(self):
-        return {"step": self.step, "title": self.title, "passed": self.passed,
+    def to_dict(self, values: bool = False):
+        """A JSON-able form; ``values``: with the arrays it read (at most
+        ``VALUES_SIZE`` numbers each), for drawing them in another process."""
+        out = {"step": self.step, "title": self.title, "passed": self.passed,
                 "score": self.score, "max_score": self.max_score,
                 "mistake": self.mistake, "mistake_title": self.mistake_title,
                 "shortfalls": list(self.shortfalls), "pending": list(self.pending),
                 "message": self.message, "notes": list(self.notes),
                 "kernel_notes": list(self.kernel_notes)}
+        if values:
+            out["seen"] = {k: v.tolist() for k, v in self.seen.items()
+                           if getattr(v, "size", VALUES_SIZE + 1) <= VALUES_SIZE}
+        return out
 
     @classmethod
     def from_dict(cls, d):
-        """A result from :meth:`to_dict`'s form (without the arrays it read)."""
+        """A result from :meth:`to_dict`'s form (with the arrays it read if it has them)."""
+        import numpy as np
+
+        seen = {}
+        for name, value in (d.get("seen") or {}).items():
+            try:
+                arr = np.asarray(value, dtype=np.float64)
+            except (TypeError, ValueError):
+                continue
+            if arr.size <= VALUES_SIZE and np.isfinite(arr).all():
+                seen[str(name)] = arr
         return cls(str(d["step"]), bool(d["passed"]), float(d["score"]),
                    float(d["max_score"]), str(d["message"]), d.get("mistake"),
                    list(d.get("notes", [])), list(d.get("shortfalls", [])),
-                   list(d.get("pending", [])), title=str(d.get("title", "")),
+                   list(d.get("pending", [])), seen=seen, title=str(d.get("title", "")),
                    mistake_title=str(d.get("mistake_title", "")),
                    kernel_notes=list(d.get("kernel_notes", [])))
 
@@ -175,9 +194,9 @@ class Summary:
         return (f"**Total: {_num(self.score)}/{_num(self.max_score)} points**\n\n"
                 f"| | step | points | mistake |\n|---|---|---|---|\n{rows}")
 
-    def to_dict(self):
+    def to_dict(self, values: bool = False):
         return {"passed": self.passed, "score": self.score, "max_score": self.max_score,
-                "results": [r.to_dict() for r in self.results]}
+                "results": [r.to_dict(values) for r in self.results]}
 
     @classmethod
     def from_dict(cls, d):

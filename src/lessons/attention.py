@@ -20,10 +20,10 @@ from functools import lru_cache
 import numpy as np
 
 from src.checks.util import TOL, Probe, _fmt, _softmax, _swap
-from src.data import load_arrays
+from src.data import PROMPT_EXAMPLE, load_arrays, tokenize
 from src.lessons import attention_diagnose as diag
 from src.lessons.attention_mistakes import D_K, ENTRIES, MISTAKES
-from src.spec import Check, Lesson, Step
+from src.spec import Check, Figure, Lesson, Step
 
 # float32 results against the float64 reference; the graded run is stricter.
 STRICT_TOL = dict(rtol=1e-5, atol=1e-6)
@@ -258,6 +258,9 @@ STEPS = (
                        diagnose={"last": diag.layer_use, "right": diag.provenance}),)),
     Step("cell5_scores", "cell5_scores_test", 5, inputs=("query", "key"), variant=True,
          call="check_attention_scores(query, key, attention_scores)",
+         figures=(Figure("attention_scores", "attention_scores",
+                         "Your attention_scores (Cell 5)", value_label="score",
+                         not_right=", not right yet"),),
          checks=(Check("attention_scores", 2.0, "Cell 5 — scaled dot-product scores",
                        ("attention_scores",), ("query", "key"),
                        doc="Cell 5: attention_scores == query @ keyᵀ / √d_k: [1, 6, 64] x2 "
@@ -268,6 +271,8 @@ STEPS = (
     Step("cell6_softmax", "cell6_softmax_test", 6, inputs=("attention_scores",),
          call="check_softmax(softmax), check_attention_weights(attention_scores, "
               "attention_weights)",
+         figures=(Figure("attention_weights", "attention_weights",
+                         "Your attention weights (Cell 6)"),),
          checks=(Check("softmax", 1.0, "Cell 6 — your softmax function", ("softmax",),
                        kind="function", diagnose={"judge": diag.judge_softmax},
                        doc="Cell 6: probe your softmax function itself, softmax(x, dim=...)"
@@ -289,6 +294,9 @@ STEPS = (
     Step("cell7_values", "cell7_values_test", 7, inputs=("attention_weights", "value"),
          variant=True,
          call="check_attended_values(attention_weights, value, attended_values)",
+         # (the pattern behind the values, once they score)
+         figures=(Figure("attention_weights", "attended_values",
+                         "The pattern behind attended_values (Cell 7)", when="scored"),),
          checks=(Check("attended_values", 2.0, "Cell 7 — value aggregation",
                        ("attended_values",), ("attention_weights", "value"),
                        ("attention_scores", "query", "key"),
@@ -303,14 +311,15 @@ STEPS = (
 LESSON = Lesson(
     name="attention",
     notebook="lesson",
+    labels=tuple(tokenize(PROMPT_EXAMPLE)),
     source="complete_lesson",
     setup_cells=("cell2_setup", "cell3_data"),
     #: The names the set-up cells bind (a test compares them with the notebook).
     setup_names=(
-        "math", "matplotlib", "np", "torch", "display", "PROMPT_EXAMPLE", "load_example",
-        "AttentionExplorer", "attention_table", "plot_scaling_effect", "show_attention",
-        "show_figure", "Summary", "compare_with_torch_softmax", "example", "tokens", "x",
-        "q_proj", "k_proj", "v_proj", "d_k"),
+        "math", "matplotlib", "np", "torch", "PROMPT_EXAMPLE", "load_example",
+        "AttentionExplorer", "attention_table", "plot_scaling_effect", "show_figure", "Summary",
+        "compare_with_torch_softmax", "example", "tokens", "x", "q_proj", "k_proj", "v_proj",
+        "d_k"),
     steps=STEPS,
     shapes={"x": (1, 6, 64), "query": (1, 6, 64), "key": (1, 6, 64), "value": (1, 6, 64),
             "attention_scores": (1, 6, 6), "attention_weights": (1, 6, 6),

@@ -117,37 +117,37 @@ _m("swapped_projection", "projections", "a projection layer used for the wrong t
    shows="the output of another tensor's layer")
 _m("no_projection", "projections", "the embeddings were not projected",
    "the tensor equals the input x: the nn.Linear layer was never applied",
-   "apply the layer to the embeddings: query = q_proj(x)",
+   "call each layer on the embeddings x, as a function",
    reproduce=lambda inp: inp["x"], shows="x itself")
 _m("missing_bias", "projections", "the bias of the projection is missing",
    "the tensor equals x @ W.T: the layer's weight was used by hand and its bias dropped",
-   "call the layer itself, q_proj(x), which adds the bias",
+   "call the layer itself on x: calling it adds the bias",
    reproduce=lambda inp: inp["x"] @ _swap(inp[f"w_{inp['name'][0]}"]), shows="x @ W.T")
 _m("weight_not_transposed", "projections", "the projection weight was not transposed",
    "the tensor equals x @ W + b; nn.Linear computes x @ W.T + b",
-   "call the layer itself, q_proj(x), instead of multiplying by its weight",
+   "call the layer itself on x instead of multiplying by its weight",
    reproduce=lambda inp: inp["x"] @ inp[f"w_{inp['name'][0]}"] + inp[f"b_{inp['name'][0]}"],
    shows="x @ W + b")
 _m("weight_only", "projections", "the weight used without .T and without the bias",
    "the tensor equals x @ W: nn.Linear computes x @ W.T + b, so both the transpose "
    "and the bias are missing",
-   "call the layer itself, q_proj(x): it transposes the weight and adds the bias",
+   "call the layer itself on x: it transposes the weight and adds the bias",
    reproduce=lambda inp: inp["x"] @ inp[f"w_{inp['name'][0]}"], shows="x @ W")
 _m("bias_added_twice", "projections", "the bias was added twice",
    "the tensor equals q_proj(x) + b: calling the layer already adds its bias",
-   "drop the extra + q_proj.bias: query = q_proj(x)",
+   "drop the extra bias: calling the layer adds it once",
    reproduce=lambda inp: _proj(inp, inp["name"][0]) + inp[f"b_{inp['name'][0]}"],
    shows="x @ W.T + 2b")
 _m("projection_scaled", "projections", "the projection was scaled by 1/√d_k",
    "the tensor is 1/8 of q_proj(x): the scaling belongs to the scores in Cell 5, "
    "not to the projections",
-   "compute query = q_proj(x) unscaled; Cell 5 divides the scores by math.sqrt(d_k)",
+   "leave the layer's output unscaled; Cell 5 divides the scores by √d_k",
    factor=1 / math.sqrt(D_K))
 _m("detached_projection", "projections", "a projection detached from its layer",
    "the values are right, but the tensor does not come from the layer's parameters in "
    "the autograd graph (.detach(), torch.no_grad(), .data, or rebuilt from numbers), "
    "so training could never change it",
-   "compute it as q_proj(x), outside torch.no_grad() and without .detach()",
+   "call the layer outside torch.no_grad() and without .detach()",
    kind="detached", cost=HALF, strict_only=True)
 
 # Cell 5 — scores.
@@ -157,18 +157,18 @@ def _raw(inp):
 
 _m("transposed_product", "attention_scores", "the product is transposed (K Qᵀ)",
    "the scores are the transpose of Q Kᵀ/√d_k: rows are keys and columns queries",
-   "compute query @ key.transpose(-2, -1): queries on the rows, keys on the columns",
+   "put the queries on the rows and the keys on the columns: query on the left of the product",
    reproduce=lambda inp: _swap(_raw(inp)) / SQRT_DK, shows="(Q Kᵀ/√d_k)ᵀ = K Qᵀ/√d_k")
 _m("same_tensor_twice", "attention_scores", "the same tensor on both sides of the product",
    "the scores equal Q Qᵀ/√d_k or K Kᵀ/√d_k: the query was used as the key (or the "
    "other way round)",
-   "use query on the left and key on the right: query @ key.transpose(-2, -1)",
+   "use query on the left and the transposed key on the right",
    reproduce=lambda inp: [inp["query"] @ _swap(inp["query"]) / SQRT_DK,
                           inp["key"] @ _swap(inp["key"]) / SQRT_DK],
    shows="Q Qᵀ/√d_k (or K Kᵀ/√d_k)")
 _m("value_in_scores", "attention_scores", "the value was used in the scores",
    "the scores equal Q Vᵀ/√d_k (or V Kᵀ/√d_k): the value takes no part in the scores",
-   "compute query @ key.transpose(-2, -1); the value comes in at Cell 7",
+   "compare the queries with the keys only; the value comes in at Cell 7",
    reproduce=lambda inp: [inp["query"] @ _swap(inp["value"]) / SQRT_DK,
                           inp["value"] @ _swap(inp["key"]) / SQRT_DK],
    shows="Q Vᵀ/√d_k")
@@ -238,7 +238,7 @@ _m("elementwise_scores", "attention_scores",
    "* multiplies entries, it does not take dot products between tokens: the result "
    "has the shape of query, [1, 6, 64] (or [1, 6] once summed over the features: token "
    "i with token i only), not [1, 6, 6]",
-   "use the matrix product @ with key transposed: query @ key.transpose(-2, -1)",
+   "use the matrix product @, with key's last two axes swapped",
    reproduce=lambda inp: [inp["query"] * inp["key"] / SQRT_DK, inp["query"] * inp["key"],
                           (inp["query"] * inp["key"]).sum(-1) / SQRT_DK],
    shows="query * key (/√d_k), or its sum over the features")
@@ -539,7 +539,7 @@ _m("transposed_layer_input", "projections", "the layer's input was transposed",
    "nn.Linear acts on the last axis, which must be the 64 features: x is already "
    "[1, 6, 64] (batch, tokens, features), and x transposed to [1, 64, 6] puts the 6 "
    "tokens there",
-   "pass x as it is: query = q_proj(x) (the transpose belongs to the key, in Cell 5)",
+   "pass x to the layer as it is (the transpose belongs to the key, in Cell 5)",
    error=_MATMUL_ERROR,
    line=r"_proj\(\s*x\s*\.\s*(transpose\(|mT\b|permute\(|swapaxes\()",
    example=("RuntimeError: mat1 and mat2 shapes cannot be multiplied (64x6 and 64x64)",
@@ -745,15 +745,15 @@ _m("weights_changed", "attended_values", "the weights were changed before the pr
 _m("bias_misused", "projections", "the bias is not added exactly once",
    "the gradient with respect to the layer's bias shows it added with another factor "
    "(subtracted, scaled or repeated)",
-   "call the layer itself: query = q_proj(x) adds its bias once", kind="behaviour")
+   "call the layer itself: it adds its bias once", kind="behaviour")
 _m("layer_input_not_x", "projections", "the layer was applied to a changed x",
    "the gradient with respect to the layer's weight shows its input was not x itself (x "
    "normalised, with positions added, or otherwise changed first)",
-   "pass the embeddings as they are: query = q_proj(x)", kind="behaviour")
+   "pass the embeddings to the layer as they are", kind="behaviour")
 _m("after_the_layer", "projections", "the projection was changed after the layer",
    "the layer got x and its bias once, but its output was then changed (a nonlinearity, "
    "a normalisation, another operation)",
-   "keep the layer's output as it is: query = q_proj(x)", kind="behaviour")
+   "keep the layer's output as it is", kind="behaviour")
 _m("misspelled_name", "any", "the result is stored under another name",
    "the check reads the lesson's name; a name spelled otherwise is a new variable, so "
    "the lesson's name still holds None",

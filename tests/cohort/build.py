@@ -11,6 +11,7 @@ real results with.
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
 import nbformat
@@ -212,7 +213,7 @@ def write_submissions(cases, base: Path | None = None) -> list[str]:
     return [c["name"] for c in cases]
 
 
-def attack_cases(slow_cells: int = 0, cell_timeout: int = 10) -> list[dict]:
+def attack_cases(slow_cells: int = 0, cell_seconds: int = 9) -> list[dict]:
     """Hostile submissions for every class of attack on the grader (tests/cohort/attacks.py).
 
     ``expected`` holds what an honest grader gives the answers the attacker really
@@ -230,8 +231,15 @@ def attack_cases(slow_cells: int = 0, cell_timeout: int = 10) -> list[dict]:
     def after(cell, code, edits=None, **extra):
         return submission_notebook(edits, added=[(cell, "code", code)], **extra)
 
-    def forged(code):  # wrong scores (no scaling) and a one-liner that fakes the check
-        return submission_notebook(NO_SCALING, added=[("cell4_projections_test", "code", code)])
+    def forged(code, shows_full=False):  # wrong scores (no scaling), a line faking the check
+        nb = submission_notebook(NO_SCALING, added=[("cell4_projections_test", "code", code)])
+        return _showing_full_marks(nb) if shows_full else nb
+
+    def in_step(code):  # right answers, then the attack inside Cell 4 (the replay runs it)
+        guarded = "\ntry:\n" + textwrap.indent(code.strip("\n"), "    ") + (
+            "\nexcept BaseException:\n    pass\n")
+        answer = "value = v_proj(x)"
+        return submission_notebook({"cell4_projections": [(answer, answer + guarded)]})
 
     cases = [
         dict(name="victim-1", nb=after("cell3_data", f"# {a.VICTIM_SECRET}\n"), expected=full),
@@ -256,19 +264,17 @@ def attack_cases(slow_cells: int = 0, cell_timeout: int = 10) -> list[dict]:
              nb=after("cell5_scores_test", a.BIG_FILE.format(**fmt))),
         dict(name="forge-interactivity", nb=forged(a.FORGE_INTERACTIVITY), expected=no_scaling),
         dict(name="forge-allclose", nb=forged(a.FORGE_ALLCLOSE), expected=no_scaling),
-        dict(name="forge-reload", nb=forged(a.FORGE_RELOAD), expected=no_scaling,
+        dict(name="forge-reload", nb=forged(a.FORGE_RELOAD, True), expected=no_scaling,
              shown_differs=True),
         dict(name="forge-repr", nb=forged(a.FORGE_REPR), expected=no_scaling),
-        dict(name="forge-formatter", nb=forged(a.FORGE_FORMATTER), expected=no_scaling,
+        dict(name="forge-formatter", nb=forged(a.FORGE_FORMATTER, True), expected=no_scaling,
              shown_differs=True),
         dict(name="forge-rewrite-verify", nb=forged(a.FORGE_REWRITE_VERIFY),
              expected=no_scaling),
         dict(name="sigint-ignoring-loop", expected=full | {"cell7_values_test": 0.0},
-             stopped="did not answer the interrupt",
              nb=submission_notebook({"cell7_values": [(
                  "attended_values = attention_weights @ value", a.SIGINT_LOOP)]})),
-        dict(name="output-flood", expected=full,
-             nb=after("cell4_projections_test", a.FLOOD)),
+        dict(name="output-flood", expected=full, nb=_flooded()),
         dict(name="xss-feedback", expected=full, nb=submission_notebook(added=[
             ("cell4_projections_test", "code", a.XSS.format(**fmt)),
             ("cell4_projections_test", "markdown", a.XSS_MARKDOWN.format(**fmt))])),
@@ -288,26 +294,50 @@ def attack_cases(slow_cells: int = 0, cell_timeout: int = 10) -> list[dict]:
         # its own answers are right: the forged upstream tensors must not blow the judge up
         dict(name="attack-judge-bomb", expected=full,
              nb=after("cell4_projections_test", a.JUDGE_BOMB.format(**fmt))),
-        # refused by the grader's socket: the kernel is stopped like any misbehaving one
-        dict(name="attack-big-message", stopped="output channel went silent",
-             # The kernel is stopped after Cell 4; the replay still grades every step
-             # cell from its own code, so the stop costs nothing.
-             expected=full, nb=after("cell4_projections_test", a.BIG_MESSAGE)),
+        dict(name="attack-big-message", expected=full,
+             nb=after("cell4_projections_test", a.BIG_MESSAGE)),
         dict(name="xss-markdown-link", expected=full, extra={"summary.html": a.EXTRA_HTML},
              nb=submission_notebook(added=[("cell3_data", "markdown", a.MARKDOWN_LINK)])),
     ]
+    # The same attacks inside a step cell, after its right answer: the replay runs them in
+    # its sandbox; they must change nothing and earn nothing.
+    for name, code in (("read-secrets", a.READ_SECRETS), ("tamper-course", a.TAMPER_COURSE),
+                       ("probe-writes", a.PROBE_WRITES), ("network", a.NETWORK),
+                       ("big-file", a.BIG_FILE), ("escape-limits", a.ESCAPE_LIMITS),
+                       ("linger", a.LINGER_PROCESSES), ("fork-bomb", a.FORK_BOMB)):
+        cases.append(dict(name=f"in-step-{name}", expected=full,
+                          nb=in_step(code.format(**fmt))))
     cases += issue14_cases(fmt) + issue20_cases()
     if slow_cells:
-        sleepy = [("cell4_projections_test", "code", a.SLOW_CELL.format(seconds=cell_timeout - 1))
+        sleepy = [("cell4_projections_test", "code", a.SLOW_CELL.format(seconds=cell_seconds))
                   ] * slow_cells
-        # The kernel is stopped once the budget is spent (after Cell 4's test); the replay
-        # still grades each step cell from its own code, so the sleeps cost no points.
+        # Cells of its own are never run: the sleeps cost nothing, in time or points.
         cases.append(dict(name="many-slow-cells", nb=submission_notebook(added=sleepy),
-                          expected=full, stopped="budget"))
+                          expected=full))
     for case in cases:
         case.setdefault("fmt", fmt)
     assert len({c["name"] for c in cases}) == len(cases)
     return cases
+
+
+def _showing_full_marks(text: str) -> str:
+    """The notebook as a student who typed full marks into each check cell's output."""
+    nb = nbformat.reads(text, as_version=4)
+    for cell in nb.cells:
+        md = cell.metadata.get("nbgrader", {})
+        if md.get("grade"):
+            cell.outputs = [nbformat.v4.new_output("execute_result", execution_count=1,
+                                                   data={"text/plain": repr(md["points"])})]
+    return nbformat.writes(nb)
+
+
+def _flooded() -> str:
+    """Right answers, and 4 MB of output saved in one cell of the file."""
+    nb = nbformat.reads(submission_notebook(), as_version=4)
+    cell = next(c for c in nb.cells if c.get("id") == "cell3_data")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="spam " * 200_000)
+                    for _ in range(4)]
+    return nbformat.writes(nb)
 
 
 def _without_grade_id():

@@ -26,8 +26,8 @@ from tests.cohort import attacks
 from tests.cohort.build import attack_cases, hostile_cases, mistake_cases, write_submissions
 
 pytestmark = pytest.mark.cohort
-TIMEOUT = 20  # seconds per cell; the lesson's slowest cell takes < 1 s (10x margin for load)
-BUDGET = 90  # seconds per notebook, so that the slow cells hit it quickly
+# The replay's limits for the regrade through a pipe (the defaults, stated on its command line).
+TIMEOUT, BUDGET = 1.0, 3.0
 ROOT = course.ROOT
 
 
@@ -88,11 +88,11 @@ def graded(tmp_path_factory):
     mp.setattr(tempfile, "tempdir", str(tmpdir))
     course.release()
     (course.course_dir() / "INSTRUCTOR_SECRET.txt").write_text(attacks.INSTRUCTOR_SECRET)
-    cases = hostile_cases() + mistake_cases() + attack_cases(slow_cells=6, cell_timeout=TIMEOUT)
+    cases = hostile_cases() + mistake_cases() + attack_cases(slow_cells=6)
     write_submissions(cases)
     before = _outside_state()
     before["tmp"] = _grading_dirs()
-    report = course.grade(jobs=2, timeout=TIMEOUT, budget=BUDGET)
+    report = course.grade(jobs=2)
     course.feedback()
     yield cases, report, course.per_cell_scores(), before
     mp.undo()
@@ -139,14 +139,6 @@ def test_a_forged_score_is_caught_and_reported(graded):
             assert f"{case['name']} (shown 9/9, verified 7/9)" in report.summary()
 
 
-def test_stopped_kernels_keep_the_scores_of_cells_that_finished(graded):
-    cases, report, _, _ = graded
-    by_name = {r.student: r for r in report.results}
-    for case in cases:
-        if case.get("stopped"):
-            assert case["stopped"] in (by_name[case["name"]].stopped or ""), case["name"]
-
-
 def _outputs(student):
     nb = course.course_dir() / "autograded" / student / course.ASSIGNMENT / "lesson.ipynb"
     cells = json.loads(nb.read_text())["cells"]
@@ -188,8 +180,8 @@ def test_no_process_survives_grading(graded):
 
 
 def test_flooded_output_is_capped_with_a_note(graded):
-    outputs = _outputs("output-flood")
-    assert len(outputs) < 2 * 2**20 and "[output cut: this cell printed more than" in outputs
+    outputs = _outputs("output-flood")  # a file submitted with 4 MB of one cell's output
+    assert len(outputs) < 2**20 and "[output cut: this cell's submitted output is over" in outputs
 
 
 def test_autograded_notebooks_hold_only_inert_outputs(graded):
@@ -306,16 +298,13 @@ def test_trojan_source_is_shown_and_named(graded):
                                  "invisible", summary), case["name"]
 
 
-def test_a_kernel_cannot_fill_the_disk_outside_its_quota(graded):
-    outputs = _outputs("fill-disk")
-    for where in ("grading", "export", "ipc"):
-        assert f"{where} stopped:" in outputs, (where, outputs[-2000:])
-    assert attacks.SUCCESS not in outputs
-
-
-def test_a_notebook_past_its_budget_is_stopped_with_the_reason(graded):
-    _, report, _, _ = graded
-    summary = report.summary()
-    assert re.search(r"stopped early: .*many-slow-cells \(the notebook used up its \d+ s "
-                     r"budget \(8 x the reference run's [\d.]+ s, between 30 and \d+ s\)\)",
-                     summary), summary
+def test_code_outside_the_step_cells_never_runs(graded):
+    """No kernel runs a submission: an attack in a cell of its own does nothing at all (it
+    leaves no output), whatever it is; the same attacks inside a step cell run in the
+    replay's sandbox and change nothing (the tests above)."""
+    cases, report, _, _ = graded
+    for case in cases:
+        if case["name"].startswith(("attack-", "fill-disk", "forge-")):
+            outputs = _outputs(case["name"])
+            assert "stopped:" not in outputs and attacks.SUCCESS not in outputs, case["name"]
+    assert "stopped early" not in report.summary()

@@ -25,7 +25,6 @@ from tests.cohort.build import attack_cases, hostile_cases, mistake_cases, write
 from tests.notebook_utils import LESSON, ROOT
 
 pytestmark = pytest.mark.cohort
-TIMEOUT = 30  # the default; a loaded CI machine must not time out an honest cell
 # A small class: the hostile cohort (make test-cohort) grades the rest.
 NAMES = {"correct", "not-json", "mistake-softmax_wrong_axis", "forge-formatter", "widget-state"}
 #: What the kernel must never hold, nor feedback show: hidden tests, the export plumbing.
@@ -43,7 +42,7 @@ def graded(tmp_path_factory):
     write_submissions(cases)
     sequential = tmp_path_factory.mktemp("sequential") / "course"
     shutil.copytree(root, sequential)
-    report = course.grade(jobs=2, timeout=TIMEOUT)
+    report = course.grade(jobs=2)
     course.feedback()
     yield root, sequential, cases, report
     mp.undo()
@@ -66,7 +65,7 @@ def test_parallel_grading_writes_what_sequential_nbgrader_writes(graded):
     # From the course directory, nbgrader's conventional root: course/nbgrader_config.py
     # (written by `make release`) loads the repository's, sandbox and trusted scoring included.
     res = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", course.ASSIGNMENT,
-                          "--force", f"--Execute.timeout={TIMEOUT}"], cwd=sequential, env=env,
+                          "--force"], cwd=sequential, env=env,
                          capture_output=True, text=True, timeout=900)
     assert "No nbgrader_config.py file found" not in res.stdout + res.stderr
     assert "database is locked" not in res.stdout + res.stderr
@@ -150,7 +149,7 @@ def test_unsafe_grading_says_so_and_still_scores_outside_the_kernel(graded, monk
     root, *_ = graded
     monkeypatch.setenv(UNSAFE_ENV, "1")
     out = io.StringIO()
-    report = course.grade(jobs=1, timeout=TIMEOUT, students=["forge-formatter"], stream=out)
+    report = course.grade(jobs=1, students=["forge-formatter"], stream=out)
     assert out.getvalue().count("UNSAFE: graded WITHOUT the sandbox") == 2  # start and end
     assert report.summary().startswith("UNSAFE")
     assert report.results[0].score == 7.0  # the forged check still earns nothing
@@ -170,19 +169,21 @@ def test_grade_without_a_release_says_what_to_do(tmp_path, monkeypatch):
         course.grade(jobs=1)
 
 
-def test_a_lost_worker_fails_its_student_only(graded, monkeypatch):
-    """Unsandboxed (UNSAFE=1), a kernel can kill the process grading it: the pool goes on."""
+def test_a_cell_that_kills_its_replay_costs_its_own_step_only(graded, monkeypatch):
+    """Unsandboxed (UNSAFE=1) a step cell can kill the process that replays it: that
+    submission's step loses its points, the class goes on with a fresh replay."""
     from tests.cohort.build import submission_notebook
 
     root, *_ = graded
-    kill = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
+    kill = "\nimport os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
     write_submissions([dict(name="kills-its-grader", nb=submission_notebook(
-        added=[("cell4_projections_test", "code", kill)]))])
+        {"cell7_values": [("attended_values = attention_weights @ value",
+                           "attended_values = attention_weights @ value" + kill)]}))])
     monkeypatch.setenv(UNSAFE_ENV, "1")
-    report = course.grade(jobs=2, timeout=TIMEOUT, students=["kills-its-grader", "correct"],
+    report = course.grade(jobs=2, students=["kills-its-grader", "correct"],
                           stream=io.StringIO())
     by_name = {r.student: r for r in report.results}
     assert by_name["correct"].ok and by_name["correct"].score == 9.0
-    assert not by_name["kills-its-grader"].ok
-    assert "the grading process died (exit code -9)" in by_name["kills-its-grader"].error
+    killer = by_name["kills-its-grader"]
+    assert (killer.ok and killer.score == 7.0) or "replay" in (killer.error or ""), killer
     shutil.rmtree(root / "submitted" / "kills-its-grader")

@@ -587,6 +587,8 @@ def grade(jobs: int = 0, timeout: float | None = None, memory_gb: float | None =
                          deadline, done)
         finally:
             grading.close_replay_servers()
+            _OVERRIDES.clear()  # (this run's only: a later load_config reads the file's)
+    _OVERRIDES.clear()
     report.seconds = time.perf_counter() - t0
     if tree_digest(base) != before:
         raise CourseError("submitted/ changed while grading; this must never happen")

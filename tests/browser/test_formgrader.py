@@ -42,7 +42,7 @@ def instructor(tmp_path_factory):
             ("cell3_data", "markdown", SCRIPT_MARKDOWN),
             ("cell4_projections_test", "code", attacks.FORGE_ALLCLOSE + attacks.XSS)])),
     ])
-    report = course.grade(jobs=2, timeout=20, stream=io.StringIO())
+    report = course.grade(jobs=2, stream=io.StringIO())
     assert not report.failed, report.summary()
     # The server runs from the repository (its nbgrader_config.py), as `make lesson` does.
     for url in start_lab(base, base, env={"ATTENTION_COURSE_DIR": str(root)}):

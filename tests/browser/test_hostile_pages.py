@@ -93,7 +93,7 @@ def graded(tmp_path_factory):
     nb.cells.insert(4, nbformat.v4.new_raw_cell("<script>alert('raw')</script>"))
     write_submissions([dict(name="mallory", nb=nbformat.writes(nb),
                             extra=attacks.ACTIVE_FILES)])
-    report = course.grade(jobs=1, timeout=20, stream=io.StringIO())
+    report = course.grade(jobs=1, stream=io.StringIO())
     assert not report.failed, report.summary()
     assert report.results[0].score == 9.0  # her answers are right: none of this costs her
     course.feedback()

@@ -5,6 +5,7 @@ and the hostile cohort (make test-cohort)."""
 
 import base64
 import io
+import json
 import os
 import re
 import socket
@@ -18,7 +19,9 @@ import numpy as np
 import pytest
 from nbclient import NotebookClient
 
-from src import grading, sandbox
+import verify
+from src import grading, replay, sandbox
+from src import visualizations as viz
 from src.course import ROOT, log_reason
 
 needs_bwrap = pytest.mark.skipif(sandbox.unavailable_reason() is not None,
@@ -580,3 +583,22 @@ def test_a_notebook_over_the_size_or_cell_cap_is_refused_with_the_reason(tmp_pat
     size = (tmp_path / "lesson.ipynb").stat().st_size
     assert f"lesson.ipynb is {size:,} bytes, over the cap of 1 MB" in str(info.value)
     assert "the notebook has 4 cells, over the cap of 3" in str(info.value)
+
+
+def test_a_result_carries_the_values_it_read_to_the_feedback():
+    """The judge runs in a child; the figures are drawn from the values its results read,
+    so they travel with them (to_dict(values=True)), even for a cell that changed an input
+    in place (its message once replaced those values by a sentence, and grading failed)."""
+    from src.checks.results import Summary
+    from tests.corpus import release_setup
+
+    source = "key /= math.sqrt(d_k)\nattention_scores = query @ key.transpose(-2, -1)\n"
+    data = replay.replay_step(verify.LESSON, "cell5_scores", source, release_setup())
+    summary = verify.judge_replay("cell5_scores_test", data, strict=True)
+    back = Summary.from_dict(json.loads(json.dumps(summary.to_dict(values=True))))
+    assert back.results[0].mistake == "changes_input"
+    assert back.results[0].values_of("attention_scores").shape == (1, 6, 6)
+    figures = viz.check_figures(verify.LESSON, back.results)
+    assert [f["title"] for f in figures] == ["Your attention_scores (Cell 5), not right yet"]
+    assert figures[0]["table"].splitlines()[0].endswith("key with the largest score")
+    assert "Rows are query tokens" in figures[0]["alt"]

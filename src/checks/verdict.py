@@ -208,14 +208,14 @@ def _result(lesson, check, findings, ok_message, notes, cell, seen):
     if cell.replayed and cell.mutated and check.kind != "function" and \
             not check.uses_function:  # (then the function's own mistake, charged there)
         changed = _listing(cell.mutated)
-        seen = f"after your Cell {cell.number} ran, {changed} held other numbers than before."
+        said = f"after your Cell {cell.number} ran, {changed} held other numbers than before."
         if not failures:
-            charged.setdefault("changes_input", seen)
+            charged.setdefault("changes_input", said)
         elif failures[0][1].mistake is None or mistakes[failures[0][1].mistake].kind in (
                 "behaviour", "factor"):
             # A wrong result read off as a behaviour is what the changed input made: the
             # change is the mistake to fix first.
-            failures = [("", _Finding("changes_input", seen + " The result was computed "
+            failures = [("", _Finding("changes_input", said + " The result was computed "
                                       "from the changed values.")), *failures]
             whole = True
     # Only code that runs to the end earns its points (a function, probed on its own, is

@@ -112,7 +112,7 @@ def steps_of(mistake):
     """The checks an entry is injected into: its own, or every tensor check for "any"."""
     if mistake.kind == "degenerate":  # (the softmax of constant scores is constant: it is
         return ["attention_scores", "attended_values"]  # named constant_output)
-    if mistake.kind == "detached_output":  # (Cell 4's own rule: detached_projection)
+    if mistake.kind in ("detached_output", "left_torch"):  # (Cell 4: detached_projection)
         return TENSOR_STEPS[1:]
     if mistake.kind == "variant":  # (Cell 6's softmax is probed on its own inputs)
         return ["projections", "attention_scores", "attended_values"]
@@ -303,6 +303,10 @@ def inject(mistake_id, step, data):
         _set_values(data, prefix, values[0])
     elif m.kind == "dtype":
         _set_values(data, prefix, values, np.float64)
+    elif m.kind == "left_torch":  # float64 numbers rebuilt into a tensor: no graph
+        _set_values(data, prefix, values, np.float64)
+        data["cell.replayed"] = np.array(True)
+        _info(data, prefix, requires_grad="", grad_fn="")
     elif m.kind == "not_a_tensor":
         _info(data, prefix, kind="ndarray", type="ndarray")
     elif m.kind == "imprecise":

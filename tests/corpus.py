@@ -270,7 +270,7 @@ attempt("an unclosed parenthesis", expect={"attention_scores": "cell_raised"},
 attempt("float64 scores through NumPy", cell5="attention_scores = torch.from_numpy("
         "query.detach().numpy() @ key.detach().numpy().transpose(0, 2, 1) / np.sqrt(d_k))",
         cell7="attended_values = attention_weights @ value.double()",
-        expect={"attention_scores": "wrong_dtype"})
+        expect={"attention_scores": "left_torch"})
 attempt("a rounded 1/8", expect={"attention_scores": "imprecise"},
         **scores("query @ key.transpose(-2, -1) * 0.12499"))
 attempt("zeros for the scores", expect={"attention_scores": "constant_output"},

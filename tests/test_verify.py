@@ -115,6 +115,10 @@ BEHAVIOUR_CODE = {
                              ".mean(dim=1, keepdim=True).expand(1, 6, 64)"},
     "bias_misused": {"cell4_projections": "query = x @ q_proj.weight.T - q_proj.bias\n"
                      "key = k_proj(x)\nvalue = v_proj(x)"},
+    "mixed_layer_parameters": {"cell4_projections": "query = q_proj(x)\n"
+                               "key = x @ k_proj.weight.T + q_proj.bias\nvalue = v_proj(x)"},
+    "projection_of_projection": {"cell4_projections": "query = q_proj(x)\nkey = k_proj(query)"
+                                 "\nvalue = v_proj(x)"},
     "layer_input_not_x": {"cell4_projections": "query = q_proj(x - x.mean(-1, keepdim=True))"
                           "\nkey = k_proj(x)\nvalue = v_proj(x)"},
     "after_the_layer": {"cell4_projections": "query = torch.tanh(q_proj(x))\n"

@@ -238,7 +238,8 @@ def _match_value(lesson, check, name, arr, contexts, view):
         for right in (expected, expected[0] if expected.shape[:1] == (1,) else None):
             c = None if right is None else _as_factor(arr, right)
             if c is not None:
-                return "scalar_multiple", f"your `{name}` is {_fmt(c)} times the expected one."
+                return "scalar_multiple", (f"your `{name}` is {_fmt(c)} times the expected "
+                                           f"one{_factor_words(lesson, c)}.")
     if _constant(arr):
         value = _fmt(arr.ravel()[0]) if arr.size else "nothing (it is empty)"
         return "constant_output", f"every entry of `{name}` is {value}."
@@ -256,6 +257,23 @@ def _match_value(lesson, check, name, arr, contexts, view):
     return _behaviour(lesson, check, name, arr, contexts[0], view)
 
 
+#: Powers of a lesson's constants a factor is read as, and how a message says them.
+_POWERS = ((0.25, "the fourth root of {c}"), (0.5, "√{c}"), (1.0, "{c}"), (1.5, "{c}·√{c}"),
+           (2.0, "{c}²"))
+
+
+def _factor_words(lesson, c: float) -> str:
+    """", which is the fourth root of d_k (64)", when the factor ``c`` is a power of one of
+    the spec's constants (``facts["constants"]``), or of its inverse; else ""."""
+    for const, value in lesson.facts.get("constants", {}).items():
+        for power, words in _POWERS:
+            for sign, how in ((1, ""), (-1, "1 / ")):
+                if np.isclose(c, value ** (sign * power), rtol=1e-3):
+                    said = how + words.format(c=const)
+                    return f", which is {said} ({const} = {_fmt(value)})"
+    return ""
+
+
 def _substitution(lesson, check, name, arr, ctx, view=None):
     """("wrong_operand", what we saw) when ``arr`` is the check's formula (its spec's
     reference) with one of its inputs, or two, replaced by another tensor of the lesson made
@@ -267,9 +285,11 @@ def _substitution(lesson, check, name, arr, ctx, view=None):
     scope = [n for n, a in ctx.inp.items() if isinstance(a, np.ndarray) and a.ndim >= 2
              and lesson.made_in.get(n, 0) < step.number and n in lesson.shapes]
     # (another tensor; one transposed; the place's own tensor with its last slice along an
-    # axis left out: a loop over it that stops one short)
+    # axis left out: a loop over it that stops one short; or with only its last slice
+    # kept: a running total overwritten on each pass instead of added to)
     options = {p: [(n, None) for n in scope if n != p] + [(n, "T") for n in scope] + [
-        (p, axis) for axis in range(1, ctx.inp[p].ndim)] if p in ctx.inp else []
+        (p, axis) for axis in range(1, ctx.inp[p].ndim)] + [
+        (p, ("last", axis)) for axis in range(1, ctx.inp[p].ndim)] if p in ctx.inp else []
         for p in places}
     changes = [[(p, o)] for p in places for o in options[p]]
     if len(places) == 2:
@@ -283,6 +303,9 @@ def _substitution(lesson, check, name, arr, ctx, view=None):
         if isinstance(op, int):
             a = a.copy()
             a[(slice(None),) * op + (-1,)] = 0
+        if isinstance(op, tuple):  # only the last slice along the axis
+            a = a.copy()
+            a[(slice(None),) * op[1] + (slice(0, -1),)] = 0
         return a
 
     def apply(inp, change):
@@ -293,6 +316,10 @@ def _substitution(lesson, check, name, arr, ctx, view=None):
         if isinstance(op, int):
             where = _axis_words(lesson, p, op, ctx.inp[p].ndim)
             return f"the last slice along {where} of `{p}` left out (a range one short)"
+        if isinstance(op, tuple):
+            where = _axis_words(lesson, p, op[1], ctx.inp[p].ndim)
+            return (f"only the last slice along {where} of `{p}` (a running total "
+                    "overwritten on each pass instead of added to)")
         if op == "T":
             return f"`{n}` transposed" if n == p else f"`{n}` transposed in place of `{p}`"
         return f"`{n}` in place of `{p}`"
@@ -310,7 +337,7 @@ def _substitution(lesson, check, name, arr, ctx, view=None):
             except (ValueError, IndexError, KeyError, TypeError):
                 continue
             said = " and ".join(words(p, n, op) for p, (n, op) in change)
-            loop = any(isinstance(op, int) for _, (_, op) in change)
+            loop = any(isinstance(op, (int, tuple)) for _, (_, op) in change)
             return ("range_off_by_one" if loop else "wrong_operand",
                     f"`{name}` is the formula with {said}.")
     return None
@@ -651,9 +678,11 @@ def _right(lesson, check, f, name, view, arr, exact, lost, tol, inputs, strict, 
     in_dtypes = [v.dtype for v in inputs if v.kind in ("tensor", "ndarray")]
     want = _promoted(in_dtypes)
     # (float32, the lesson's dtype, is always fine; a NumPy result's dtype comes with it)
+    dtype_slip = None
     if view.dtype not in (want, "float32") and view.kind != "ndarray":
-        f.costs.append(("wrong_dtype", f"`{name}` has the right values but dtype "
-                        f"{view.dtype}, while this cell's inputs were {want}."))
+        dtype_slip = ("wrong_dtype", f"`{name}` has the right values but dtype "
+                      f"{view.dtype}, while this cell's inputs were {want}.")
+        f.costs.append(dtype_slip)
     if view.kind == "ndarray" and (not inputs or any(v.kind == "tensor" for v in inputs)):
         f.costs.append(("not_a_tensor", f"`{name}` is a NumPy array, while this cell's "
                         "inputs were torch tensors."))
@@ -667,7 +696,13 @@ def _right(lesson, check, f, name, view, arr, exact, lost, tol, inputs, strict, 
     elif check.vjp is not None and view.kind == "tensor" and cell.replayed and not lost \
             and not cell.mutated and not cell.own:  # (own inputs may not require grad)
         wrong = _input_gradients(check, view, inp, arr)
-        if wrong:
+        if wrong and dtype_slip and not view.requires_grad:
+            # both at once: one cause, numbers computed outside torch and brought back
+            f.costs.remove(dtype_slip)
+            f.costs.append(("left_torch", f"`{name}` has the right values, but dtype "
+                            f"{view.dtype} (this cell's inputs were {want}) and no autograd "
+                            "graph: it was rebuilt from numbers computed outside torch."))
+        elif wrong:
             _strict(f, strict, "detached_output", f"`{name}` has the right values, but {wrong}.")
 
 def _input_gradients(check, view, inp, out):

@@ -152,6 +152,14 @@ def layer_use(lesson, name, arr, view):
     used = [k for k, g in grads.items() if np.any(g)]
     others = sorted({k.split(".")[0] for k in used} - {mine})
     if others:
+        parts = sorted(k for k in used if not k.startswith(mine + "."))
+        if any(k.startswith(mine + ".") for k in used):  # its own layer, and another's
+            if {k.split(".")[1] for k in parts} == {"weight", "bias"}:
+                return "projection_of_projection", (
+                    f"`{name}` depends on all of {_listing(others)}'s parameters as well as "
+                    f"{mine}'s: {mine} was applied to another layer's output.")
+            return "mixed_layer_parameters", (
+                f"`{name}` uses {_listing(parts)} beside {mine}'s own parameters.")
         return "wrong_inputs", (f"`{name}` depends on {_listing(others)}'s parameters: it was "
                                 "computed with another layer, or from another projection.")
     g = output_gradient(arr.shape).astype(np.float64).reshape(-1, d_k) if arr.size == \

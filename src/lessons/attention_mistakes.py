@@ -471,6 +471,12 @@ _m("wrong_dtype", "any", "the dtype was changed in this cell",
    ".double(), NumPy float64, or torch.tensor(..., dtype=torch.float64))",
    "keep the dtype of the tensors you start from (float32 here): drop the conversion, or "
    "call .float()", kind="dtype", cost=HALF)
+_m("left_torch", "any", "the result was computed outside torch",
+   "the values are right, but the tensor came back from outside torch (NumPy, or numbers "
+   "rebuilt into a new tensor): its dtype changed, and autograd cannot follow it back to "
+   "this cell's inputs",
+   "compute it with torch operations on this cell's input tensors, with no .numpy() or "
+   ".detach() round trip", kind="left_torch", cost=1.0)
 _m("not_a_tensor", "any", "a NumPy array instead of a torch tensor",
    "the values are right but the result is a NumPy array: the lesson works in torch "
    "(and autograd cannot follow a NumPy array)",
@@ -684,10 +690,12 @@ _m("from_wrong_function", "any", "made with your function, which is wrong",
    kind="behaviour")
 _m("range_off_by_one", "any", "a loop or an index one off",
    "the result is the formula's, but with one slice left at 0 or left out of a sum (a "
-   "range that stops one short), shifted by one place (an index one off), or adding up "
-   "the rows before it (an accumulator not reset)",
+   "range that stops one short), shifted by one place (an index one off), adding up "
+   "the rows before it (an accumulator not reset), or keeping only the last term of a "
+   "sum (a running total overwritten instead of added to)",
    "check the bounds of your loops, the indices you use, and where each running total "
-   "starts: every position computed, each from its own row", kind="behaviour")
+   "starts and how it grows: every position computed, each from its own row",
+   kind="behaviour")
 _m("diagonal_only", "any", "only the diagonal of the result",
    "each query was paired only with its own key (an element-wise product summed, or one "
    "index where two are needed): the formula pairs every query with every key",
@@ -746,6 +754,15 @@ _m("bias_misused", "projections", "the bias is not added exactly once",
    "the gradient with respect to the layer's bias shows it added with another factor "
    "(subtracted, scaled or repeated)",
    "call the layer itself: it adds its bias once", kind="behaviour")
+_m("mixed_layer_parameters", "projections", "parameters of two layers mixed",
+   "the tensor uses another layer's bias or weight beside its own layer's: written out "
+   "by hand, one parameter came from the wrong layer",
+   "take every parameter from the tensor's own layer, or better, call that layer on x",
+   kind="behaviour")
+_m("projection_of_projection", "projections", "a layer applied to another projection",
+   "the tensor goes through two layers: its layer was applied to another projection (for "
+   "example to the query) instead of to the embeddings x",
+   "apply each of the three layers to the embeddings x themselves", kind="behaviour")
 _m("layer_input_not_x", "projections", "the layer was applied to a changed x",
    "the gradient with respect to the layer's weight shows its input was not x itself (x "
    "normalised, with positions added, or otherwise changed first)",

@@ -59,6 +59,10 @@ class Mistake:
     examples: dict = field(default_factory=dict)
     #: The same for ``{example}`` in ``cause``.
     causes: dict = field(default_factory=dict)
+    #: Found by the search over the formula's changes: the message opens with the change
+    #: found, in the spec's words ("`attention_weights` is the formula with
+    #: `attention_scores` transposed"), the title only naming its kind.
+    said_first: bool = False
 
     def next_step_for(self, check: str = "any") -> str:
         """``next_step`` with the example of ``check`` (else the "any" one)."""

@@ -211,6 +211,9 @@ def _mistake_text(m, seen, check="any"):
     """A failing message of check ``check`` for the catalogue entry ``m`` (a spec's
     Mistake): its next step with the example of that check."""
     why = _short(f"Why: {m.cause_for(check)}.", EVIDENCE_CHARS // 2)
+    if m.said_first and seen:  # the search's own words of the change it found
+        said = str(seen).rstrip(". ")
+        return _tidy(f"Mistake: {said}. Next step: {m.next_step_for(check)}.\n{why}")
     seen = _short(f"What we saw: {seen}", EVIDENCE_CHARS - len(why) - 1)
     return _tidy(f"Mistake: {m.title}. Next step: {m.next_step_for(check)}.\n{seen}\n{why}")
 

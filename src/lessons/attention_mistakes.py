@@ -682,7 +682,7 @@ _m("wrong_operand", "any", "another tensor in a place of the formula",
    "same one transposed) in one or two of its places",
    "check the tensor in each place of the formula against the task: the names it gives, "
    "in its order, as they are",
-   kind="behaviour")
+   kind="behaviour", said_first=True)
 _m("from_wrong_function", "any", "made with your function, which is wrong",
    "this result is what your function gives, and the function's own check (above) finds "
    "it wrong: the mistake is in the function, not in the line that applies it",
@@ -695,7 +695,7 @@ _m("range_off_by_one", "any", "a loop or an index one off",
    "sum (a running total overwritten instead of added to)",
    "check the bounds of your loops, the indices you use, and where each running total "
    "starts and how it grows: every position computed, each from its own row",
-   kind="behaviour")
+   kind="behaviour", said_first=True)
 _m("diagonal_only", "any", "only the diagonal of the result",
    "each query was paired only with its own key (an element-wise product summed, or one "
    "index where two are needed): the formula pairs every query with every key",

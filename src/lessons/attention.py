@@ -340,8 +340,8 @@ LESSON = Lesson(
                     variant_scale=VARIANT_SCALE_TOL, low=LOW_TOL),
     probes=probes,
     facts=dict(d_k=D_K, constants={"d_k": D_K}, softmax_ops=SOFTMAX_OPS,
-               softmax_allowed=SOFTMAX_ALLOWED, builtin_softmax=BUILTIN_SOFTMAX, node_labels=NODE_LABELS,
-               masked_probe=MASKED_PROBE, shipped=shipped, parameters=parameters),
+               softmax_allowed=SOFTMAX_ALLOWED, builtin_softmax=BUILTIN_SOFTMAX,
+               node_labels=NODE_LABELS, masked_probe=MASKED_PROBE, shipped=shipped, parameters=parameters),
     decisions={
         "constant_sqrt_dk": "`/ 8` for `/ √d_k` is right: the shapes stay the lesson's, "
                             "where d_k is 64",

@@ -341,7 +341,8 @@ LESSON = Lesson(
     probes=probes,
     facts=dict(d_k=D_K, constants={"d_k": D_K}, softmax_ops=SOFTMAX_OPS,
                softmax_allowed=SOFTMAX_ALLOWED, builtin_softmax=BUILTIN_SOFTMAX,
-               node_labels=NODE_LABELS, masked_probe=MASKED_PROBE, shipped=shipped, parameters=parameters),
+               node_labels=NODE_LABELS, masked_probe=MASKED_PROBE, shipped=shipped,
+               parameters=parameters),
     decisions={
         "constant_sqrt_dk": "`/ 8` for `/ √d_k` is right: the shapes stay the lesson's, "
                             "where d_k is 64",

@@ -815,3 +815,20 @@ def test_weights_from_a_wrong_function_point_to_the_function():
         "attention_weights = softmax(attention_scores, dim=0)")]})
     assert right["softmax"].passed  # a right function: nothing said about it
     assert "function is wrong" not in " ".join(right["attention_weights"].notes)
+
+
+def test_verify_py_replays_a_notebook_and_names_what_is_not_one(tmp_path, capsys):
+    """``python verify.py NOTEBOOK``: the reference earns every point; a file that is not
+    a notebook of nbformat 4 gets exit status 2 and says what was expected and seen."""
+    from tests.notebook_utils import ROOT
+
+    assert verify.main([str(ROOT / "complete_lesson.ipynb")]) == 0
+    assert "complete_lesson.ipynb: 9/9 points" in capsys.readouterr().out
+    bad = tmp_path / "notes.ipynb"
+    for text, said in (("{ not json", "notes.ipynb is not a notebook: not valid JSON"),
+                       ('{"nbformat": 3, "worksheets": []}',
+                        "expected a Jupyter notebook of nbformat 4 with a list of cells, "
+                        "got nbformat 3")):
+        bad.write_text(text)
+        assert verify.main([str(bad)]) == 2
+        assert said in capsys.readouterr().err

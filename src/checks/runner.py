@@ -25,12 +25,9 @@ def run_notebook(path, timeout=60, strict=True):
     replay (seconds). ``strict`` is kept for old callers: every verdict is the graded
     run's.
     """
-    import nbformat
-
     from src import lessons, replay, road, sandbox
 
-    nb = nbformat.read(Path(path), as_version=4)
-    cells = road.notebook_cells(nb)
+    cells = road.notebook_cells(_read_notebook(Path(path)))
     lesson = _lesson_of(lessons, cells)
     setup = road.setup_sources(lesson, cells)
     if setup is None:
@@ -53,6 +50,23 @@ def run_notebook(path, timeout=60, strict=True):
     errors = [{"cell": c, "title": f"Cell {lesson.by_cell[c].number}", "error": e,
                "message": m} for c, e, m in found.raised]
     return report, errors
+
+
+def _read_notebook(path: Path) -> dict:
+    """The notebook at ``path`` as JSON (nbformat's reader costs ~3 s of imports, more than
+    the rest of a cold run: a graded notebook is nbformat 4, read as plain JSON)."""
+    import json
+
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path.name} is not a notebook: not valid JSON ({exc})") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or \
+            nb.get("nbformat") != 4:
+        got = nb.get("nbformat") if isinstance(nb, dict) else type(nb).__name__
+        raise ValueError(f"{path.name}: expected a Jupyter notebook of nbformat 4 with a list "
+                         f"of cells, got nbformat {got!r}")
+    return nb
 
 
 def _lesson_of(lessons, cells):

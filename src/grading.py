@@ -597,6 +597,12 @@ class TrustedScores(NbGraderPreprocessor):
                               for r in differ)
             self.log.warning("%s: shown %g/%g, verified %g/%g (%s)", student, shown, top,
                              verified, top, cells)
+        else:  # (the line the Formgrader's log of one student's autograde is read for)
+            lost = "; ".join(f"{r['cell']} {r['verified']:g}/{r['max']:g}"
+                             + (f": {r['verified_says']}" if r.get("verified_says") else "")
+                             for r in rows if r["verified"] < r["max"])
+            self.log.info("%s: verified %g/%g%s", student, sum(r["verified"] for r in rows),
+                          sum(r["max"] for r in rows), f" ({lost})" if lost else "")
         path = resources.get("metadata", {}).get("path")
         if path:
             report = Path(path) / REPORT_NAME

@@ -832,3 +832,26 @@ def test_verify_py_replays_a_notebook_and_names_what_is_not_one(tmp_path, capsys
         bad.write_text(text)
         assert verify.main([str(bad)]) == 2
         assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("line, said", [
+    ("attention_scores = torch.matmul(query, key.transpose(0, 1)) / math.sqrt(d_k)",
+     "`query` is [1, 6, 64] and `key.transpose(0, 1)` is [6, 1, 64]"),
+    ("attention_scores = query @ key / 8", "`query` is [1, 6, 64] and `key` is [1, 6, 64]"),
+    ("attended_values = value.bmm(attention_weights.permute(0, 2, 1))",
+     "`value` is [1, 6, 64] and `attention_weights.permute(0, 2, 1)` is [1, 6, 6]"),
+    ("s = query[0] @ key[0].view(6, 64)", "`query[0]` is [6, 64] and `key[0].view(6, 64)` "
+     "is [6, 64]"),
+    ("attention_scores = query @ key.mT / 8", ""),  # it fits: nothing said
+    ("attention_scores = query @ mystery(key)", ""),  # unread: nothing guessed
+])
+def test_a_product_that_does_not_fit_is_told_with_its_operands_shapes(line, said):
+    from src.checks.shapes import misfit
+
+    assert misfit(line, verify.LESSON.shapes).startswith(said)
+    if said and line.startswith("attention_scores"):  # and Cell 5's check says it, from
+        from tests.corpus import release_setup  # a real replay of the line
+
+        data = replay.replay_step(verify.LESSON, "cell5_scores", line, release_setup())
+        result = verify.judge_replay("cell5_scores_test", data, strict=True).results[0]
+        assert result.mistake == "matmul_shapes" and said in result.message

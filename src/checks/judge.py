@@ -22,6 +22,7 @@ import numpy as np
 
 from src import lessons
 from src.checks.results import CheckResult, Summary, _mistake_text
+from src.checks.shapes import misfit
 from src.checks.util import (
     LIMITS,
     _close,
@@ -598,6 +599,13 @@ def _judge_output(lesson, check, name, view, contexts, strict, inputs, cell):
                 "cell_raised", "mixed_dtypes", "matmul_shapes") else ""
             if slip:
                 f.mistake, f.seen = "upstream_slip", f"{cell.said()}: {slip}."
+            elif f.mistake == "matmul_shapes":  # which operands, and their shapes
+                arrived = {n: v.shape for n, v in zip(check.upstream, inputs)
+                           if v.kind in ("tensor", "ndarray") and v.shape}
+                said = misfit(cell.line, arrived)
+                if said:
+                    f.seen = (f"{cell.said()}. With the shapes this cell's inputs arrive "
+                              f"with, {said}.")
             elif f.mistake == "used_before_computed" and inputs and all(
                     v.kind in ("tensor", "ndarray") for v in inputs):
                 f.mistake = "returned_none"

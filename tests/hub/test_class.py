@@ -33,6 +33,7 @@ import pytest
 from playwright.sync_api import expect
 
 from hub import classroom
+from src import pages
 from tests.cohort.build import NO_SCALING, solved_sources
 from tests.hub.conftest import first_login_links
 
@@ -460,14 +461,15 @@ def test_4_feedback_is_released_and_each_student_sees_their_own(room, people, na
         assert len(feedback) == 1, feedback  # the last submission's only
         html = feedback[0].read_text()
         totals = re.findall(r"\(Score: ([\d.]+) / ([\d.]+)\)", html)
-        assert totals and totals[0] == (f"{score}.0", "9.0"), (student, totals[:6])
+        assert totals and totals[0] == (f"{score}", "9"), (student, totals[:6])
         # Open it in the student's own server, as the Assignment List's link does.
         rel = feedback[0].relative_to(room_.home(student))
         person.page.goto(f"{person.url}/files/{rel}")
-        expect(person.page.locator("h4").first).to_contain_text(f"(Score: {score}.0 / 9.0)")
-        for grade_id, points in cells.items():  # nbgrader's table of contents, per cell
+        expect(person.page.locator("h4").first).to_contain_text(f"(Score: {score} / 9)")
+        for grade_id, points in cells.items():  # the table of contents, each cell named
             entry = person.page.locator(f"#toc li:has(a[href='#{grade_id}'])")
-            expect(entry).to_contain_text(f"(Score: {points} / {RIGHT[grade_id]})")
+            expect(entry).to_contain_text(
+                f"{pages.cell_name(grade_id)}: {points:g} / {RIGHT[grade_id]:g}")
         if student == names[2]:
             person.page.screenshot(path=shots / "hub-7-feedback-cell5.png")
 

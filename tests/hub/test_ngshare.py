@@ -120,7 +120,7 @@ def test_the_whole_exchange_goes_through_ngshare(ng_room, browser):
             "*/lesson.html"))
         assert len(feedback) == 1, feedback
         # The untouched notebook: every check failed, so 0 of 9, verified by the grader.
-        assert "(Score: 0.0 / 9.0)" in feedback[0].read_text()
+        assert "(Score: 0 / 9)" in feedback[0].read_text()
     finally:
         teacher.context.close()
         student.context.close()

@@ -180,6 +180,9 @@ def _behaviour_outputs(mistake_id, i, probe):
         return np.full_like(want, np.nan)
     if mistake_id == "softmax_last_axis_only" and probe.dim not in (-1, probe.x.ndim - 1):
         return want * 0.5
+    if mistake_id == "softmax_fixed_layout" and not (
+            probe.x.ndim == 3 and probe.dim in (-1, 2)):
+        return want * 0.5
     if i == 0 and mistake_id == "softmax_negative":
         return want - 0.5
     if i == 0 and mistake_id == "softmax_not_normalised":

@@ -452,6 +452,14 @@ def _softmax_verdict(lesson, r, strict, cell):
     if last and not set(last) & set(wrong):  # right along the last axis, and only there
         j = wrong[0]
         return "softmax_last_axis_only", _probe_seen(probes[j], outs[j], errors[j], lines[j])
+    # right on inputs laid out as the lesson's scores (3-D, along the last axis) and on no
+    # other: written for that layout (loops over x.shape[0] and x.shape[1], x[b, i])
+    like = [j for j, p in enumerate(probes)
+            if p.x.ndim == len(lesson.shapes["attention_scores"]) and p.dim in (-1, p.x.ndim - 1)]
+    other = [j for j in wrong if j not in like and _tame(probes[j])]  # (ordinary numbers)
+    if like and other and not set(like) & set(wrong):
+        j = min(other, key=lambda j: _evidence_rank(probes[j]))
+        return "softmax_fixed_layout", _probe_seen(probes[j], outs[j], errors[j], lines[j])
     failed = [j for j in wrong if errors[j]]
     for j in failed:
         mid = _error_entry(lesson, errors[j], lines[j], _check(lesson))

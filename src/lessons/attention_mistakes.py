@@ -846,6 +846,12 @@ _m("softmax_last_axis_only", "softmax", "the softmax works only along the last a
    "axis is written into the code",
    "keep each reduction's own axis: x.amax(dim=dim, keepdim=True) and "
    "exps.sum(dim=dim, keepdim=True)", kind="behaviour")
+_m("softmax_fixed_layout", "softmax", "the softmax works only on the lesson's layout",
+   "it is right on 3-D inputs along their last axis, like the lesson's scores, and wrong "
+   "on other shapes or other dims: its loops or indexing fix the axes (x.shape[0], "
+   "x.shape[1], x[b, i]) instead of following dim",
+   "make every step follow dim, on any number of axes: reduce with dim=dim and "
+   "keepdim=True instead of looping over fixed axes", kind="behaviour")
 _m("softmax_raises", "softmax", "the softmax raised an error",
    "calling your softmax on the input shown raised an exception",
    "call softmax on that input yourself and fix the line the error points to",

@@ -288,8 +288,10 @@ def _substitution(lesson, check, name, arr, ctx, view=None):
     # (another tensor; one transposed; the place's own tensor with its last slice along an
     # axis left out: a loop over it that stops one short; or with only its last slice
     # kept: a running total overwritten on each pass instead of added to)
+    # ... or, where the formula transposes it, reshaped to the transposed shape instead
+    # (a view or reshape in a transpose's place: the numbers scrambled, not swapped)
     options = {p: [(n, None) for n in scope if n != p] + [(n, "T") for n in scope] + [
-        (p, axis) for axis in range(1, ctx.inp[p].ndim)] + [
+        (p, "view")] + [(p, axis) for axis in range(1, ctx.inp[p].ndim)] + [
         (p, ("last", axis)) for axis in range(1, ctx.inp[p].ndim)] if p in ctx.inp else []
         for p in places}
     changes = [[(p, o)] for p in places for o in options[p]]
@@ -301,6 +303,10 @@ def _substitution(lesson, check, name, arr, ctx, view=None):
     def changed(a, op):
         if op == "T":
             return _swap(a)
+        if op == "view":  # transposed by the formula, this gives a.reshape(swapped shape)
+            if a.ndim < 2 or a.shape[-1] == a.shape[-2]:
+                raise ValueError("a square view is the tensor itself")
+            return _swap(a.reshape(a.shape[:-2] + (a.shape[-1], a.shape[-2])))
         if isinstance(op, int):
             a = a.copy()
             a[(slice(None),) * op + (-1,)] = 0
@@ -323,6 +329,9 @@ def _substitution(lesson, check, name, arr, ctx, view=None):
                     "overwritten on each pass instead of added to)")
         if op == "T":
             return f"`{n}` transposed" if n == p else f"`{n}` transposed in place of `{p}`"
+        if op == "view":
+            return (f"`{p}` reshaped (a view or reshape) to the transposed shape instead of "
+                    "transposed: its numbers scrambled, not its axes swapped")
         return f"`{n}` in place of `{p}`"
 
     expected = ctx.expected(name)

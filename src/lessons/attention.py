@@ -352,5 +352,8 @@ LESSON = Lesson(
         "from_its_inputs": "a step's result must come from the inputs its task names: "
                            "scores recomputed from x and the layers, not from query and key, "
                            "cost half the step in the graded run",
+        "softmax_float32": "a softmax that computes in float32 (x.float() first) is right: "
+                           "the lesson's tensors are float32, and the softmax's docstring "
+                           "asks for x's shape, not its dtype",
     },
 )

@@ -190,3 +190,19 @@ def test_no_message_holds_a_line_of_the_reference_solution(cell):
     found = [(where, p) for where, text in texts_of(step) for p in pieces
              if p in text.replace(" ", "").replace("`", "")]
     assert found == []
+
+
+#: A reduction written out with its axis (``x.amax(dim=dim, keepdim=True)``,
+#: ``exps.sum(dim=-1)``): set 5's reader counted such next steps of the softmax as answers
+#: (``x.max(dim=...)``, naming the student's own call, is not one).
+_REDUCTION = re.compile(r"\.(amax|max|sum|logsumexp|softmax)\(\s*(dim\s*=\s*(?!\.\.\.)|-?\d)")
+
+
+@pytest.mark.parametrize("cell", [s.cell for s in SPEC.steps])
+def test_no_message_writes_out_a_reduction_call(cell):
+    """The moves are named in words ("each row's maximum along dim, its dimension kept"),
+    never as the call that makes them, in a next step, a cause or a first hint tier."""
+    step = SPEC.by_cell[cell]
+    found = [(where, m.group(0)) for where, text in texts_of(step) if not where.startswith(
+        "hint") for m in [_REDUCTION.search(text)] if m]
+    assert found == []

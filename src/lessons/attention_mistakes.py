@@ -123,8 +123,9 @@ _m("missing_bias", "projections", "the bias of the projection is missing",
    "the tensor equals x @ W.T: the layer's weight was used by hand and its bias dropped",
    "call the layer itself on x: calling it adds the bias",
    reproduce=lambda inp: inp["x"] @ _swap(inp[f"w_{inp['name'][0]}"]), shows="x @ W.T")
-_m("weight_not_transposed", "projections", "the projection weight was not transposed",
-   "the tensor equals x @ W + b; nn.Linear computes x @ W.T + b",
+_m("weight_not_transposed", "projections", "the weight is applied the wrong way round",
+   "the tensor equals x @ W + b, where nn.Linear computes x @ W.T + b: the weight was not "
+   "transposed, or transposed twice (F.linear transposes it itself)",
    "call the layer itself on x instead of multiplying by its weight",
    reproduce=lambda inp: inp["x"] @ inp[f"w_{inp['name'][0]}"] + inp[f"b_{inp['name'][0]}"],
    shows="x @ W + b")
@@ -279,7 +280,7 @@ _m("shift_not_max", "softmax", "a shift by the row's minimum or mean, not its ma
    "subtracting each row's minimum (or mean) keeps the result mathematically, but leaves "
    "exponents far above 0: a row with a large spread still overflows to inf (inf/inf = "
    "NaN), and a row holding -inf shifts everything to NaN",
-   "subtract each row's maximum instead: x.amax(dim=dim, keepdim=True), so that every "
+   "subtract each row's maximum along dim instead (its dimension kept), so that every "
    "exponent is <= 0",
    fns=_fns(lambda x, d: np.exp(x - x.min(axis=d, keepdims=True))
             / _sum(np.exp(x - x.min(axis=d, keepdims=True)), d),
@@ -287,18 +288,18 @@ _m("shift_not_max", "softmax", "a shift by the row's minimum or mean, not its ma
             / _sum(np.exp(x - x.mean(axis=d, keepdims=True)), d)))
 _m("no_max_subtraction", "softmax", "softmax without max-subtraction",
    "exp of a large logit overflows to inf and inf/inf gives NaN",
-   "subtract each row's maximum (x.amax(dim=dim, keepdim=True)) before torch.exp: "
+   "subtract each row's maximum along dim (its dimension kept) before torch.exp: "
    "every exponent is then <= 0",
    fns=_fns(lambda x, d: np.exp(x) / _sum(np.exp(x), d)))
 _m("global_max_subtraction", "softmax", "the global maximum subtracted instead of each row's",
    "x - x.max() shifts every row by the largest entry of the whole tensor: a row far below "
    "it underflows to exp(...) = 0 and gives 0/0 = NaN",
-   "subtract each row's own maximum: x.amax(dim=dim, keepdim=True)",
+   "subtract each row's own maximum, taken along dim, not the whole tensor's",
    fns=_fns(lambda x, d: np.exp(x - x.max()) / _sum(np.exp(x - x.max()), d)))
 _m("ignores_dim", "softmax", "the softmax ignores its dim argument",
    "it normalises over a fixed axis whatever dim it is given",
-   "use dim in every reduction: x.amax(dim=dim, keepdim=True), exps.sum(dim=dim, "
-   "keepdim=True)",
+   "pass the function's dim to every reduction (the maximum and the sum), not a fixed "
+   "axis",
    fns=_fns(*(lambda x, d, a=a: _softmax(x, a) for a in (-1, -2, 0))), in_weights=False)
 _m("keepdim_missing", "softmax", "keepdim=True missing in a reduction",
    "without keepdim the row maxima or sums lose their axis and broadcast against the "
@@ -319,20 +320,19 @@ def _max_sum(x, a, b):
 
 _m("max_and_sum_axes_differ", "softmax", "max over one axis and sum over another",
    "the maximum and the sum are taken over different axes (one of them fixed, not dim)",
-   "take both over the same axis, dim: x.amax(dim=dim, keepdim=True) and "
-   "exps.sum(dim=dim, keepdim=True)",
+   "take the maximum and the sum over the same axis: the function's dim",
    fns=_fns(lambda x, d: _max_sum(x, _other_axis(x, d), d),
             lambda x, d: _max_sum(x, d, _other_axis(x, d)),
             lambda x, d: _max_sum(x, -1, d), lambda x, d: _max_sum(x, d, -1)))
 _m("whole_tensor_softmax", "softmax", "normalised over the whole tensor",
    "the sum runs over every entry, not along dim: all the weights together sum to 1, "
    "each row far less",
-   "sum along dim only: exps.sum(dim=dim, keepdim=True)",
+   "sum along dim only, keeping that dimension, not over the whole tensor",
    fns=_fns(lambda x, d: np.exp(x - x.max()) / np.exp(x - x.max()).sum(),
             lambda x, d: _exp_shift(x, d) / _exp_shift(x, d).sum()))
 _m("exp_without_normalising", "softmax", "exp without normalising",
    "the weights equal exp(scores) (maybe shifted by the row max) but rows do not sum to 1",
-   "divide each row by its sum: exps / exps.sum(dim=dim, keepdim=True)",
+   "divide each row of exponentials by that row's own sum along dim",
    fns=_fns(lambda x, d: np.exp(x), _exp_shift))
 _m("normalising_without_exp", "softmax", "normalising without exp",
    "the weights equal scores / scores.sum(): negative scores give negative 'weights'",
@@ -430,9 +430,11 @@ _m("embeddings_instead_of_value", "attended_values", "the embeddings x used as t
    "mix the value vectors Cell 4 made with v_proj, not the embeddings x",
    reproduce=lambda inp: inp["attention_weights"] @ inp["x"],
    shows="attention_weights @ x")
-_m("values_not_weighted", "attended_values", "the values were not weighted",
-   "the output equals value itself: the attention weights were never applied",
-   "weight the values: a matrix product of the attention weights and the values mixes them",
+_m("values_not_weighted", "attended_values", "each output is its own row of value",
+   "the output equals value itself: the weights were never applied, or each query's "
+   "weights multiply the query's own value row where the key's belongs (a weights row "
+   "sums to 1, so that gives the row back)",
+   "make output i mix every row of value, row j weighted by query i's weight for key j",
    reproduce=lambda inp: inp["value"],
    shows="value itself")
 _m("output_scaled", "attended_values", "the output was scaled by 1/√d_k",
@@ -469,8 +471,8 @@ _m("lost_batch_dimension", "any", "the batch dimension was lost",
 _m("wrong_dtype", "any", "the dtype was changed in this cell",
    "the values are right but this cell changed the dtype of its inputs (for example "
    ".double(), NumPy float64, or torch.tensor(..., dtype=torch.float64))",
-   "keep the dtype of the tensors you start from (float32 here): drop the conversion, or "
-   "call .float()", kind="dtype", cost=HALF)
+   "keep the dtype of the tensors you start from (float32 here): drop the conversion",
+   kind="dtype", cost=HALF)
 _m("left_torch", "any", "the result was computed outside torch",
    "the values are right, but the tensor came back from outside torch (NumPy, or numbers "
    "rebuilt into a new tensor): its dtype changed, and autograd cannot follow it back to "
@@ -517,7 +519,8 @@ _m("bad_type", "any", "not a tensor of real numbers",
    ".to_sparse() or complex numbers)", kind="bad_type")
 _m("bad_output", "softmax", "the softmax returns the wrong kind of result",
    "for a float tensor x it must return a real, dense float tensor of x's shape",
-   "return exps / sums: a torch tensor shaped like x (keepdim=True in the reductions)",
+   "return a torch tensor shaped like x (keep the reduced dimension in the maximum and "
+   "the sum)",
    kind="bad_output")
 _m("axes_permuted", "any", "the axes are in the wrong order",
    "the values are right but the axes are permuted: `.T` on a 3-D tensor reverses every "
@@ -590,7 +593,7 @@ _m("matmul_shapes", "any", "the shapes of a matrix product do not fit",
             "[6, 64] but got: [6, 1].", "attention_scores = query @ key.transpose(0, 1)"))
 _m("max_returns_tuple", "any", "torch.max(dim=...) returns values and indices",
    "x.max(dim=...) returns a (values, indices) pair, not a tensor",
-   "use x.amax(dim=dim, keepdim=True), or x.max(dim=dim, keepdim=True).values",
+   "use the values of the pair (.values), or amax, which returns the maxima alone",
    error=r"return_types\.max|return_types",
    example=("TypeError: unsupported operand type(s) for -: 'Tensor' and "
             "'torch.return_types.max'", "exps = torch.exp(x - x_max)"))
@@ -824,8 +827,8 @@ _m("softmax_overflows", "softmax", "the softmax is wrong on large scores",
    "right on ordinary numbers, but on large scores it gives NaN, inf or other values: "
    "exp of a large number overflows float32, and clipping or replacing values changes "
    "the result; shifting each row by its own maximum keeps it exact",
-   "subtract each row's maximum along dim (x.amax(dim=dim, keepdim=True)) before "
-   "torch.exp", kind="behaviour")
+   "subtract each row's maximum along dim (its dimension kept) before torch.exp, and "
+   "clip or replace nothing", kind="behaviour")
 _m("softmax_negative", "softmax", "the softmax gives negative weights",
    "a weight below 0 cannot come from exp(...) / sum, which is always >= 0",
    "exponentiate first (torch.exp of the shifted x), then divide by the sums",
@@ -838,14 +841,15 @@ _m("softmax_not_normalised", "softmax", "the weights along dim do not sum to 1",
 _m("softmax_not_exp", "softmax", "the weights are not the normalised exp(x)",
    "the slices sum to 1, but the weights are not exp(x) / sum: another function of x was "
    "normalised (or x was changed first)",
-   "compute exps = torch.exp(x - x_max), then exps / exps.sum(dim=dim, keepdim=True)",
+   "exponentiate the shifted scores with torch.exp, then divide by their own sum along "
+   "dim: nothing else",
    kind="behaviour")
 _m("softmax_last_axis_only", "softmax", "the softmax works only along the last axis",
    "it is right whenever dim is the last axis, and raises or goes wrong for any other dim: "
    "a reduction lost its axis and it was put back at the end (unsqueeze(-1)), or the last "
    "axis is written into the code",
-   "keep each reduction's own axis: x.amax(dim=dim, keepdim=True) and "
-   "exps.sum(dim=dim, keepdim=True)", kind="behaviour")
+   "keep each reduction's own axis: take the maximum and the sum along dim with the "
+   "dimension kept, never put back at the end", kind="behaviour")
 _m("softmax_fixed_layout", "softmax", "the softmax works only on the lesson's layout",
    "it is right on 3-D inputs along their last axis, like the lesson's scores, and wrong "
    "on other shapes or other dims: its loops or indexing fix the axes (x.shape[0], "

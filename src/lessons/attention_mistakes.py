@@ -372,7 +372,8 @@ _m("finite_mask_value", "softmax", "an all -inf row gets equal weights instead o
 _m("softmax_wrong_axis", "attention_weights", "softmax over the wrong axis",
    "the softmax ran over the queries (dim=1/-2) or the batch axis (dim=0) instead of "
    "the keys: each query's weights over the keys must sum to 1",
-   "normalise over the last axis, dim=-1 (the keys)",
+   "normalise over the last axis (the keys): check the dim you pass, and the axis each "
+   "reduction inside your softmax uses",
    reproduce=lambda inp: [_softmax(inp["attention_scores"], -2),
                           _softmax(inp["attention_scores"], 0)])
 _m("weights_transposed_in_cell6", "attention_weights", "the weights are transposed",

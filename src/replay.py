@@ -345,6 +345,18 @@ class _Captured:
                 else g.detach().float().numpy().copy() for g, i in zip(got, inputs)]
 
 
+def _discarded(source: str) -> list[str]:
+    """Lines of a cell that compute a value and keep nothing of it (``scores / 8`` on a
+    line of its own): said beside a wrong result, which they often explain."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    found = [ast.unparse(n.value) for n in tree.body
+             if isinstance(n, ast.Expr) and isinstance(n.value, (ast.BinOp, ast.UnaryOp))]
+    return [f if len(f) <= 80 else f[:79] + "…" for f in found[:2]]
+
+
 def _assigned_names(source: str) -> list[str]:
     """Top-level names a cell's code binds (for spotting a misspelled name)."""
     try:
@@ -457,6 +469,9 @@ def _facts(lesson, cap, step, ns, inputs, watched, before, source) -> dict:
                            and bool(cap.equal(watched[n].detach(), old)))]
         if mutated:
             out["replay.mutated"] = np.array(mutated, dtype=str)
+        discarded = _discarded(source)
+        if discarded:
+            out["replay.discarded"] = np.array(discarded, dtype=str)
         names = lesson.by_cell[step].names
         missing = [n for n in names if ns.get(n) is None]
         bound = [a for a in _assigned_names(source) if a not in lesson.official]

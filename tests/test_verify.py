@@ -855,3 +855,20 @@ def test_a_product_that_does_not_fit_is_told_with_its_operands_shapes(line, said
         data = replay.replay_step(verify.LESSON, "cell5_scores", line, release_setup())
         result = verify.judge_replay("cell5_scores_test", data, strict=True).results[0]
         assert result.mistake == "matmul_shapes" and said in result.message
+
+
+def test_a_result_computed_and_kept_nowhere_is_said_beside_the_mistake():
+    """``scores / math.sqrt(d_k)`` on a line of its own changes nothing: a blind reader
+    found "divide by √d_k" unhelpful to a student who believes they did; the line is named."""
+    from tests.corpus import release_setup
+
+    source = ("scores = query @ key.transpose(-2, -1)\nscores / math.sqrt(d_k)\n"
+              "attention_scores = scores\n")
+    data = replay.replay_step(verify.LESSON, "cell5_scores", source, release_setup())
+    result = verify.judge_replay("cell5_scores_test", data, strict=True).results[0]
+    assert result.mistake == "no_scaling"
+    assert ("computes `scores / math.sqrt(d_k)` on a line of its own and assigns the result "
+            "to nothing") in result.message
+    right = replay.replay_step(verify.LESSON, "cell5_scores", source.replace(
+        "attention_scores = scores", "attention_scores = scores / 8"), release_setup())
+    assert verify.judge_replay("cell5_scores_test", right, strict=True).passed  # (no noise)

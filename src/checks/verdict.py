@@ -136,6 +136,7 @@ class _Cell:
     mutated: tuple = ()  # inputs the cell changed in place
     own: bool = False  # a second run, on the student's own tensors from the cells before
     elsewhere: tuple = ()  # (a name the replay missed, the other cell that makes it)
+    discarded: tuple = ()  # lines that compute a value and assign it to nothing
 
     @classmethod
     def read(cls, r, number):
@@ -144,7 +145,8 @@ class _Cell:
         return cls(number, r.flag("cell.ran"), bool(error), error, line,
                    r.flag("cell.replayed"), tuple(spelled) if len(spelled) == 2 else (),
                    tuple(r.strings("replay.mutated")), r.flag("replay.own"),
-                   tuple(made) if len(made) == 2 else ())
+                   tuple(made) if len(made) == 2 else (),
+                   tuple(r.strings("replay.discarded")))
 
     def said(self):
         at = f" at `{_short(self.line, LIMITS['line'])}`" if self.line else ""
@@ -228,6 +230,11 @@ def _result(lesson, check, findings, ok_message, notes, cell, seen):
             "its points only when its cell runs to the end."))]
     if failures:
         main = failures[0][1]
+        if cell.discarded and check.kind != "function":
+            lines = " and ".join(f"`{d}`" for d in cell.discarded)
+            main.seen = (f"your Cell {cell.number} computes {lines} on a line of its own and "
+                         f"assigns the result to nothing, so that line changes nothing. "
+                         f"{main.seen[:1].upper()}{main.seen[1:]}")
         same = [name for name, f in failures[1:] if f.mistake and f.mistake == main.mistake]
         if same:  # one mistake of several tensors: said once
             notes.append(f"The same holds for {_listing(same)}.")

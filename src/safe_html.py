@@ -58,9 +58,35 @@ def escape(text: str) -> str:
     return _PLAIN.sub(lambda m: f"&#{ord(m.group())};", text)
 
 
+#: TeX groups ({...}) nested deeper than this are shown as text: JupyterLab's own MathJax
+#: (which typesets the stored notebook there) crashed its tab on 200 nested fractions.
+MAX_TEX_DEPTH = 24
+
+
+def _flatten_tex(text: str) -> str:
+    """``text`` with the braces of groups nested past MAX_TEX_DEPTH made full-width
+    (｛ ｝: characters TeX does not group by), so no formula nests deeper."""
+    if text.count("{") <= MAX_TEX_DEPTH:
+        return text
+    out, stack, escaped = [], [], False
+    for ch in text:
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == "{":
+            stack.append(len(stack) >= MAX_TEX_DEPTH)
+            ch = "\uff5b" if stack[-1] else ch
+        elif ch == "}" and stack:
+            ch = "\uff5d" if stack.pop() else ch
+        out.append(ch)
+    return "".join(out)
+
+
 def escape_text(text: str) -> str:
-    """Text of the page: escaped, and with MathJax's active commands made plain."""
-    return escape(_TEX_ACTIVE.sub("\u2216", text))
+    """Text of the page: escaped, with MathJax's active commands made plain and its groups
+    nested no deeper than MAX_TEX_DEPTH."""
+    return escape(_flatten_tex(_TEX_ACTIVE.sub("\u2216", text)))
 
 
 def raster_ok(mime: str, data) -> bool:

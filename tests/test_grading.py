@@ -602,3 +602,19 @@ def test_a_result_carries_the_values_it_read_to_the_feedback():
     assert [f["title"] for f in figures] == ["Your attention_scores (Cell 5), not right yet"]
     assert figures[0]["table"].splitlines()[0].endswith("key with the largest score")
     assert "Rows are query tokens" in figures[0]["alt"]
+
+
+def test_tex_groups_are_stored_no_deeper_than_the_cap():
+    """200 nested fractions (they crashed JupyterLab's MathJax on the autograded notebook)
+    are stored with no group nested past MAX_TEX_DEPTH; the lesson's formulas keep theirs."""
+    import html as htmllib
+
+    from src import safe_html
+
+    formula = r"$\frac{QK^\top}{\sqrt{d_k}}$"
+    stored = grading.safe_markdown("$" + r"\frac{1}{" * 200 + "x" + "}" * 200 + "$ " + formula)
+    text, depth, deepest = htmllib.unescape(stored), 0, 0
+    for ch in text:
+        depth += (ch == "{") - (ch == "}")
+        deepest = max(deepest, depth)
+    assert deepest == safe_html.MAX_TEX_DEPTH and formula in text

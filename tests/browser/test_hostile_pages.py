@@ -69,8 +69,10 @@ OWN_HANDLERS = ["toggle_name(true);", "toggle_name(false);"]
 HOSTILE_TEX = (r"Formula $\href{javascript:alert('pwned')}{click}$ $\class{modal-backdrop}{x}$"
                r" $\style{position:fixed;top:0}{9/9}$ $\cssId{top}{x}$ $\unicode{x41}$"
                r" $\require{[Contrib]/x.js}$ and $$\frac{QK^\top}{\sqrt{d_k}}$$ and `$x$`")
-# (200 nested fractions crash the tab of JupyterLab's own MathJax 3 on the autograded
-# notebook; the pages' MathJax names them instead: tests/browser/test_mathjax.py.)
+#: 200 nested fractions crashed the tab of JupyterLab's own MathJax 3 on the autograded
+#: notebook: the stored form nests no TeX group past safe_html.MAX_TEX_DEPTH (the pages'
+#: MathJax names such a formula instead: tests/browser/test_mathjax.py).
+DEEP_TEX = "Deep: $" + r"\frac{1}{" * 200 + "x" + "}" * 200 + "$"
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +84,7 @@ def graded(tmp_path_factory):
     mp.setenv("ATTENTION_COURSE_DIR", str(root))
     course.release()
     cells = [("cell3_data", "markdown", md) for md in attacks.HOSTILE_MARKDOWN]
-    cells += [("cell3_data", "markdown", HOSTILE_TEX),
+    cells += [("cell3_data", "markdown", HOSTILE_TEX), ("cell3_data", "markdown", DEEP_TEX),
               ("cell3_data", "markdown", attacks.OVERLAY),
               ("cell3_data", "markdown", attacks.BEACON),
               ("cell4_projections_test", "code", attacks.TROJAN + attacks.XSS)]
@@ -183,6 +185,8 @@ def test_the_autograded_notebook_in_jupyterlab_is_inert(page, graded, shots):
     page.wait_for_selector(".jp-Notebook .jp-Cell")
     expect(page.locator(LAB_STUDENT).first).to_be_visible(timeout=60_000)
     page.wait_for_timeout(3000)  # every cell rendered (windowing is off)
+    assert page.evaluate("1 + 1") == 2  # the tab is alive: the deep TeX did not crash it
+    expect(page.locator(LAB_STUDENT, has_text="Deep:")).to_be_visible()
     # JupyterLab decorates rendered markdown with classes and ids of its own (heading
     # anchors, MathJax): the stored cells hold none, and nothing may be positioned.
     assert_inert(page, seen, url, LAB_STUDENT, check_attributes=False)

@@ -30,9 +30,12 @@ $(STAMP): requirements.txt
 
 venv: $(STAMP)  ## create .venv and install requirements.txt
 
+# Validate without a kernel (attention_validate.py, switched on by jupyter_server_config.json).
+LAB_FLAGS := --config=$(CURDIR)/jupyter_server_config.json $(ROOT_FLAG)
+
 lesson: $(STAMP)  ## open lesson.ipynb in JupyterLab
 	@test -f lesson.ipynb || { echo "lesson.ipynb is missing: run 'git checkout lesson.ipynb'"; exit 1; }
-	$(VENV)/bin/jupyter lab lesson.ipynb $(ROOT_FLAG)
+	PYTHONPATH=$(CURDIR) $(VENV)/bin/jupyter lab lesson.ipynb $(LAB_FLAGS)
 
 test: $(STAMP)  ## lint, then run every test and both notebooks (offline)
 	$(PY) -m ruff check .

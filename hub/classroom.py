@@ -96,6 +96,11 @@ c = get_config()  # noqa: F821
 c.CourseDirectory.course_id = {course_id!r}
 {exchange}
 '''
+#: Validate without a kernel for everyone (the server extension, and the switch that puts
+#: it in nbgrader's validate_assignment's place: the one file `make lesson` also reads).
+VALIDATE_EXTENSION = ROOT / "attention_validate.py"
+VALIDATE_SERVER_EXTENSIONS = json.loads((ROOT / "jupyter_server_config.json").read_text())[
+    "ServerApp"]["jpserver_extensions"]
 #: EXCHANGE=ngshare: the service's environment and nbgrader's side (Makefile, $(NGSHARE)).
 #: ("venv" and "site-packages": names ruff and other tools skip by default.)
 NGSHARE_ENV = ROOT / "hub" / "ngshare" / "venv"
@@ -690,6 +695,18 @@ def ensure_lab_overrides(room: Classroom) -> None:
     os.replace(tmp, path)
 
 
+def ensure_validate_extension(room: Classroom) -> None:
+    """Validate without a kernel (attention_validate.py, the project's one file) in the
+    class's environment, as a new file: the venv's files are hard links to the project's,
+    never changed in place. Each person's server switches it on (ensure_user_config)."""
+    path = room.venv / "lib" / "python3.11" / "site-packages" / VALIDATE_EXTENSION.name
+    tmp = path.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
+    shutil.copyfile(VALIDATE_EXTENSION, tmp)
+    tmp.chmod(0o644)
+    os.replace(tmp, path)
+
+
 # ----------------------------------------------------------- the exchange
 def ensure_exchange(room: Classroom) -> None:
     """nbgrader's exchange: root-owned, ugo+rwx (nbgrader's docs), sticky (see module doc)."""
@@ -744,7 +761,8 @@ def ensure_user_config(room: Classroom) -> None:
             _write_owned(jupyter / "lab" / "user-settings" / "@jupyterlab" /
                          f"{name}.jupyterlab-settings", json.dumps(value), user)
         student = user != room.instructor
-        server = {"jpserver_extensions": {e: not student for e in INSTRUCTOR_ONLY_SERVER}}
+        server = {"jpserver_extensions": {e: not student for e in INSTRUCTOR_ONLY_SERVER}
+                  | VALIDATE_SERVER_EXTENSIONS}
         if not student:
             # JupyterHub's servers forbid every frame ("frame-ancestors 'none'"), and
             # JupyterLab shows the Formgrader in one: allow frames from the same origin only.
@@ -835,6 +853,7 @@ def setup(room: Classroom, log=print) -> tuple[dict[str, str], dict[str, str]]:
     links = ensure_first_logins(room)
     ensure_venv(room, log)
     ensure_lab_overrides(room)
+    ensure_validate_extension(room)
     if room.exchange_kind == "ngshare":
         room.ngshare_port = free_port()
         ensure_ngshare_exchange(room)

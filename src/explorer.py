@@ -16,12 +16,15 @@ from __future__ import annotations
 import base64
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from src.attention import softmax
-from src.visualizations import CMAP, _heatmap, attention_table, png_bytes
+from src.visualizations import CMAP, _heatmap, attention_table, new_figure, png_bytes
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["MODES", "AttentionExplorer", "ExplorerState", "explore_state"]
 
@@ -150,7 +153,7 @@ class AttentionExplorer:
         """Heatmap with the chosen row marked, and a bar chart of that row."""
         from matplotlib.patches import Rectangle
 
-        fig = Figure(figsize=(10, 4.2))
+        fig = new_figure(figsize=(10, 4.2))
         fig.subplots_adjust(left=0.08, right=0.98, bottom=0.2, top=0.88, wspace=0.35)
         left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
         im = _heatmap(left, st.weights, self.tokens, self.tokens, 0.0, 1.0, True, CMAP)

@@ -62,10 +62,12 @@ def start_lab(base, root_dir, cwd=ROOT, env=None):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     port = free_port()
+    # (as `make lesson` starts it: Validate without a kernel, attention_validate.py)
     env = dict(os.environ, **(env or {}), JUPYTER_CONFIG_DIR=str(base / "config"),
-               JUPYTER_RUNTIME_DIR=str(base / "runtime"))
+               JUPYTER_RUNTIME_DIR=str(base / "runtime"), PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip", "127.0.0.1",
-           "--port", str(port), "--IdentityProvider.token=", f"--ServerApp.root_dir={root_dir}"]
+           "--port", str(port), "--IdentityProvider.token=", f"--ServerApp.root_dir={root_dir}",
+           f"--config={ROOT / 'jupyter_server_config.json'}"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     log = open(base / "server.log", "w")

@@ -15,9 +15,12 @@ same run:
 
 Targets (issue 23): ours at least 10x faster than plain, and the same per-cell
 scores for every submission (these are honest: none attacks the grader); one
-student's autograde on a warm server (the Formgrader's button after the first)
-at most 1/4 of a fresh kernel doing only the lesson's imports, measured here.
-Core-seconds per submission are wall x jobs / submissions.
+student's autograde on a warm server (the Formgrader's button after the first) and
+one Validate on a warm worker (attention_validate.py, as the student's server runs it)
+each at most 1/4 of a fresh kernel doing only the lesson's imports, measured here;
+``python verify.py NOTEBOOK`` from a shell (cold) at most 1.5x ``python -c "import
+torch"``, each the median of 5 runs alternated. Core-seconds per submission are wall x
+jobs / submissions.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import nbformat
 
 from benchmarks.bench_lesson import imports_only, run_notebook
 from src import course
-from src.layout import ASSIGNMENT, SOURCE_NOTEBOOK
+from src.layout import ASSIGNMENT, NOTEBOOK, SOURCE_NOTEBOOK
 from src.release import CODE_STUB
 from tests.cohort.build import mistake_cases, submission_notebook, write_submissions
 
@@ -101,6 +104,11 @@ def main(argv=None):
         nb = nbformat.read(SOURCE_NOTEBOOK, as_version=4)
         floor = min(run_notebook(imports_only(nb)) for _ in range(3))
         one = one_student_warm(ours_dir, cases[1]["name"])
+        released = ours_dir / "release" / ASSIGNMENT
+        shutil.copyfile(ours_dir / "submitted" / cases[1]["name"] / ASSIGNMENT /
+                        f"{NOTEBOOK}.ipynb", released / "validate-me.ipynb")
+        validate = validate_warm(released / "validate-me.ipynb")
+        verify_cold, torch_cold = cold_verify(released / "validate-me.ipynb")
 
     n, jobs = args.submissions, args.jobs
     speedup = sequential / ours
@@ -118,6 +126,12 @@ def main(argv=None):
     print(f"  one student, warm server      {one:7.2f} s   = {one / floor:.2f} x a fresh kernel "
           f"doing only the lesson's imports ({floor:.2f} s; target <= 0.25: "
           f"{'met' if one <= floor / 4 else 'MISSED'})")
+    print(f"  one Validate, warm worker     {validate:7.2f} s   = {validate / floor:.2f} x that "
+          f"kernel (target <= 0.25: {'met' if validate <= floor / 4 else 'MISSED'})")
+    ratio = verify_cold / torch_cold
+    print(f"  verify.py NOTEBOOK, cold      {verify_cold:7.2f} s   = {ratio:.2f} x `python -c "
+          f"'import torch'` ({torch_cold:.2f} s; target <= 1.5: "
+          f"{'met' if ratio <= 1.5 else 'MISSED'})")
     print(f"  per-cell scores identical     {same}" + (f" (differ: {differ})" if differ else ""))
     print(f"  failures                      {len(report.failed)}")
     per = ours / n
@@ -144,6 +158,47 @@ def one_student_warm(course_root: Path, student: str, repeats: int = 3) -> float
             raise SystemExit(f"autograde of {student} failed: {result.get('error')}")
     grading.close_replay_servers()
     return best
+
+
+def validate_warm(notebook: Path, repeats: int = 3) -> float:
+    """Seconds of one Validate of ``notebook`` as the student's server answers it
+    (attention_validate.py: its warm worker's verdicts, then nbgrader's Validator), after
+    a first one that starts the worker: the fastest of ``repeats``."""
+    import attention_validate as av
+
+    def once():
+        validator = av.ReplayValidator()
+        validator.reply = av.worker_for(notebook).ask(notebook)
+        return validator.validate(str(notebook))
+
+    once()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        result = once()
+        best = min(best, time.perf_counter() - t0)
+    if "failed" not in result:  # (a submission with mistakes: Validate must say so)
+        raise SystemExit(f"Validate of {notebook.name} found nothing wrong: {result}")
+    for worker in av._WORKERS.values():
+        worker.close()
+    return best
+
+
+def cold_verify(notebook: Path, runs: int = 5) -> tuple[float, float]:
+    """Medians of ``runs`` cold ``python verify.py NOTEBOOK`` and ``python -c "import
+    torch"``, alternated (the machine's load falls on both alike)."""
+    import statistics
+
+    def timed(cmd):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, cwd=ROOT, capture_output=True, check=False)
+        return time.perf_counter() - t0
+
+    verify, torch = [], []
+    for _ in range(runs):
+        verify.append(timed([sys.executable, "verify.py", str(notebook)]))
+        torch.append(timed([sys.executable, "-c", "import torch"]))
+    return statistics.median(verify), statistics.median(torch)
 
 
 if __name__ == "__main__":

@@ -78,6 +78,31 @@ class Mistake:
 
 
 @dataclass(frozen=True)
+class Formula:
+    """An output of a check as a contraction of the check's inputs, for the search over the
+    formula's small changes (``src/checks/judge.py``): ``einsum`` (NumPy's notation) over
+    ``operands`` (names of the check's inputs: tensors, a layer's weight ...), times
+    ``scale``, plus ``bias`` (a name, or ""). ``indices`` names each index of ``einsum`` in
+    the words a message uses ("key", "feature").
+
+    The search tries, each alone: a mean, max or min where the formula sums over an index;
+    the sum over another index of the same size; an operand replaced by a hard choice (1
+    at its largest entry along the summed index, 0 elsewhere); the operands rounded to a
+    lower precision (float16, bfloat16).
+    """
+
+    einsum: str
+    operands: tuple
+    indices: dict
+    scale: float = 1.0
+    bias: str = ""
+    #: {change: mistake id}: changes the lesson has an entry of its own for (its words, with
+    #: what the search found as the evidence): "mean", "max", "min", "sum over <index>",
+    #: "hard", "float16", "bfloat16", "tied", "distance".
+    named: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Check:
     """One graded part of a step: what it must make, from what, and how it is judged.
 
@@ -108,6 +133,9 @@ class Check:
     uses_function: str = ""
     #: What the check's public function (verify.check_<name>) says it checks.
     doc: str = ""
+    #: {output name: :class:`Formula`}: the outputs the search over a contraction's changes
+    #: knows the form of.
+    formulas: dict = field(default_factory=dict)
 
     @property
     def all(self):

@@ -252,6 +252,9 @@ def inject(mistake_id, step, data):
         data["cell.replayed"] = np.array(True)
         data["replay.mutated"] = np.array(["x" if step == "projections"
                                            else verify.NAMES[step].upstream[0]])
+    elif m.kind == "axes_moved":  # the probe of dim=0 returned with its axes swapped
+        i = next(k for k, p in enumerate(lesson.probes()) if p.dim == 0)
+        _set_values(data, f"softmax.p{i}.out", lesson.probes()[i].expected.T)
     elif m.kind == "bad_output":
         _info(data, "softmax.p0.out", kind="ndarray", type="ndarray")
     elif m.kind == "probe_error":

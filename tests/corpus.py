@@ -210,6 +210,11 @@ attempt("x.mT for the layer", expect={"projections": "transposed_layer_input"},
         cell4=projections(lambda p: f"{p}(x.mT)"))
 attempt(".T on x", cell4=projections(lambda p: f"{p}(x.T)"),
         expect={"projections": "dot_T_on_3d"}, by_design=DOWNSTREAM_OF_4)
+# (blind set 6, b6-009 and b6-015: errors the catalogue now names)
+attempt("a layer's weight called", cell4=projections(lambda p: f"{p}.weight(x)"),
+        expect={"projections": "parameter_called"}, by_design=DOWNSTREAM_OF_4)
+attempt("moved to the GPU", cell4="x = x.to('cuda')\n" + projections(lambda p: f"{p}(x)"),
+        expect={"projections": "no_gpu"}, by_design=DOWNSTREAM_OF_4)
 attempt("two mistakes: swapped layer and transposed product",
         cell4="query = q_proj(x)\nkey = v_proj(x)\nvalue = v_proj(x)",
         cell5="attention_scores = key @ query.transpose(-2, -1) / math.sqrt(d_k)",
@@ -444,6 +449,14 @@ attempt("in-place exp_", expect={"softmax": "mutates_input"},
     m = x.amax(dim=dim, keepdim=True).nan_to_num(neginf=0.0)
     e = x.sub_(m).exp_()
     return e / e.sum(dim=dim, keepdim=True).clamp_min(1e-30)""")
+attempt("moved to the last axis and not back", expect={"softmax": "softmax_axes_moved"},
+        softmax=SM + """\
+    z = x.transpose(dim, -1)
+    m = z.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    e = torch.exp(z - m)
+    s = e.sum(dim=-1, keepdim=True)
+    return e / torch.where(s == 0, torch.ones_like(s), s)""")
 attempt("no dim parameter", expect={"softmax": "dim_not_accepted"},
         softmax="""\
 def softmax(x):
@@ -550,7 +563,7 @@ attempt("value.T", expect={"attended_values": "axes_permuted"},
         **values("attention_weights @ value.T"))
 attempt("elementwise weights times values", expect={"attended_values": "elementwise_product"},
         **values("attention_weights * value"))
-attempt("summed over the queries", expect={"attended_values": None},
+attempt("summed over the queries", expect={"attended_values": "extra_reduction"},
         **values("(attention_weights @ value).sum(dim=1, keepdim=True)"))
 attempt("softmax again in Cell 7", expect={"attended_values": None},
         **values("torch.softmax(attention_weights, dim=-1) @ value"))

@@ -93,6 +93,14 @@ OWN_SOFTMAX = ("def softmax(x, dim=-1):\n    e = torch.exp(x - x.amax(dim=dim, k
                "    return e / e.sum(dim=dim, keepdim=True)\n\n")
 BEHAVIOUR_CODE = {
     "extra_term": {"cell7_values": "attended_values = attention_weights @ value + x"},
+    "reduction_changed": {"cell7_values": "attended_values = (attention_weights[..., None] "
+                          "* value[:, None]).amax(dim=2)"},
+    "extra_reduction": {"cell7_values": "attended_values = (attention_weights @ value)"
+                        ".sum(dim=1, keepdim=True)"},
+    "hard_selection": {"cell7_values": "attended_values = value[:, attention_weights[0]"
+                       ".argmax(-1)]"},
+    "low_precision": {"cell5_scores": "attention_scores = (query.half() @ key.half()"
+                      ".transpose(-2, -1)).float() / 8"},
     "wrong_operand": {"cell5_scores": "attention_scores = x @ x.transpose(-2, -1) / 8"},
     "range_off_by_one": {"cell7_values": "attended_values = torch.zeros(1, 6, 64)\n"
                          "for i in range(5):\n"
@@ -373,6 +381,7 @@ ALLOWED_NODE_CODE = {
     "StackBackward0": lambda x: torch.stack([x, x]), "CatBackward0": lambda x: torch.cat([x, x]),
     "CloneBackward0": lambda x: x.clone(), "ToCopyBackward0": lambda x: x.double(),
     "CopyBackwards": lambda x: torch.empty_like(x).copy_(x),
+    "AsStridedBackward0": lambda x: _assigned_in_view(x.amax(-1).unsqueeze(-1)),
 }
 
 
@@ -380,6 +389,11 @@ def _assigned(x, where):
     y = x.clone()
     y[where] = 0.0
     return y
+
+
+def _assigned_in_view(view):
+    view[view > 0] = 0.0  # (into the view itself, not a copy)
+    return view
 
 
 def _nodes(fn):
@@ -404,6 +418,13 @@ def test_the_softmax_allow_list_names_the_nodes_torch_records():
 
 
 RIGHT_SOFTMAXES = {
+    "a write into a view (blind set 6)": """
+    m = torch.max(x, dim=dim).values.unsqueeze(dim)
+    m[torch.isinf(m)] = 0.0
+    e = torch.exp(x - m)
+    s = torch.sum(e, dim=dim).unsqueeze(dim)
+    s[s == 0] = 1.0
+    return e / s""",
     "e ** x and clamp": """
     m = x.amax(dim=dim, keepdim=True).clamp(min=-1e30)
     e = math.e ** (x - m)

@@ -239,6 +239,9 @@ def _match_value(lesson, check, name, arr, contexts, view):
         for right in (expected, expected[0] if expected.shape[:1] == (1,) else None):
             c = None if right is None else _as_factor(arr, right)
             if c is not None:
+                mean = _mean_words(check, name, c)
+                if mean:
+                    return "reduction_changed", f"`{name}` is the formula with {mean}."
                 return "scalar_multiple", (f"your `{name}` is {_fmt(c)} times the expected "
                                            f"one{_factor_words(lesson, c)}.")
     if _constant(arr):
@@ -353,6 +356,190 @@ def _substitution(lesson, check, name, arr, ctx, view=None):
     return None
 
 
+def _formula_parts(f):
+    """(input subscripts, output subscripts, every index in order, the summed ones) of a
+    Formula's einsum."""
+    ins, out = f.einsum.split("->")
+    every = "".join(dict.fromkeys(ins.replace(",", "")))
+    return ins, out, every, [i for i in every if i not in out]
+
+
+def _mean_words(check, name, c: float) -> str:
+    """"a mean over the key axis where the formula sums", when the factor ``c`` is 1 / the
+    size of an index the output's Formula sums over (in the lesson's shapes), else ""."""
+    f = check.formulas.get(name)
+    if f is None:
+        return ""
+    from src import lessons  # (the sizes: the shapes of the spec that holds the check)
+
+    spec, _ = lessons.by_check(check.name)
+    if spec is None:
+        return ""
+    ins, _, _, summed = _formula_parts(f)
+    for i in summed:
+        for sub, op in zip(ins.split(","), f.operands):
+            shape = spec.shapes.get(op) or spec.reference()[op].shape
+            if i in sub and len(shape) == len(sub) and np.isclose(
+                    c, 1 / shape[sub.index(i)], rtol=1e-4):
+                return (f"a mean over the {f.indices.get(i, i)} axis where it sums "
+                        f"(1/{shape[sub.index(i)]} of the sum)")
+    return ""
+
+
+def _bfloat16(a):
+    """``a`` rounded to bfloat16 (8 bits of mantissa), as float64."""
+    bits = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+_PRECISIONS = {"float16": lambda a: np.asarray(a, np.float16).astype(np.float64),
+               "bfloat16": _bfloat16}
+_REDUCERS = {"a mean": np.mean, "a max": np.max, "a min": np.min}
+
+
+def _contraction(lesson, check, name, arr, ctx, view):
+    """("reduction_changed" | "hard_selection" | "low_precision", what we saw) when ``arr``
+    is the output's Formula (the check's ``formulas``) with one change of its contraction:
+    a mean, max or min where it sums; the sum over another index of the same size; an
+    operand replaced by a hard choice (1 at its largest entry along the summed index, 0
+    elsewhere: an argmax); or its operands rounded to float16 or bfloat16. A change must
+    also give the second run's result where there is one. When several changes give the
+    result, the message says each (which one the code made, the numbers cannot tell).
+    None when none does."""
+    f = check.formulas.get(name)
+    if f is None or any(o not in ctx.inp for o in f.operands):
+        return None
+    ins, out, every, summed = _formula_parts(f)
+    subs = ins.split(",")
+    words = f.indices
+    changes = [("reduce", k) for k in _REDUCERS]
+    changes += [("axis", (i, c)) for c in summed for i in out if i != c]
+    changes += [("hard", j) for j, sub in enumerate(subs) if any(c in sub for c in summed)]
+    changes += [("precision", p) for p in _PRECISIONS]
+    # (one operand indexed by another output index of the same size: key[i] for key[j] in
+    # a loop over i and j; each row then holds one value, repeated)
+    changes += [("tied", (j, i, k)) for k, sub in enumerate(subs) for j in sub if j in out
+                for i in out if i != j and i not in sub]
+    if len(subs) == 2 and summed:  # (a distance between the rows where it takes products)
+        changes += [("distance", (power, sign)) for power in (2, 1) for sign in (1, -1)]
+
+    def compute(inp, change):
+        kind, arg = change
+        ops = [np.asarray(inp[o], np.float64) for o in f.operands]
+        if kind == "precision":
+            ops = [_PRECISIONS[arg](o) for o in ops]
+        if kind == "hard":
+            axis = next(subs[arg].index(c) for c in summed if c in subs[arg])
+            hot = np.zeros_like(ops[arg])
+            np.put_along_axis(hot, np.expand_dims(np.argmax(ops[arg], axis=axis), axis), 1.0,
+                              axis=axis)
+            ops[arg] = hot
+        if kind == "tied":
+            j, i, k = arg
+            tied = list(subs)
+            tied[k] = tied[k].replace(j, i)
+            res = np.einsum(f"{','.join(tied)}->{out.replace(j, '')}", *ops)
+            res = np.broadcast_to(np.expand_dims(res, out.index(j)), ctx.expected(name).shape)
+            return res * f.scale + (np.asarray(inp[f.bias], np.float64) if f.bias else 0.0)
+        if kind == "distance":
+            power, sign = arg
+            a, b = (_spread(o, sub, every) for o, sub in zip(ops, subs))
+            total = ((a - b) ** 2).sum(axis=tuple(every.index(c) for c in summed))
+            kept = "".join(i for i in every if i not in summed)
+            res = sign * np.einsum(f"{kept}->{out}", total if power == 2 else np.sqrt(total))
+        elif kind == "reduce":
+            full = np.einsum(f"{ins}->{every}", *ops)
+            kept = "".join(i for i in every if i not in summed)
+            res = np.einsum(f"{kept}->{out}", _REDUCERS[arg](
+                full, axis=tuple(every.index(i) for i in summed)))
+        elif kind == "axis":
+            i, c = arg
+            res = np.einsum(f"{ins}->{out.replace(i, c)}", *ops)
+        else:
+            res = np.einsum(f.einsum, *ops)
+        res = res * f.scale + (np.asarray(inp[f.bias], np.float64) if f.bias else 0.0)
+        return _PRECISIONS[arg](res) if kind == "precision" else res
+
+    def said(change):
+        kind, arg = change
+        if kind == "reduce":
+            axes = " and ".join(f"the {words.get(c, c)} axis" for c in summed)
+            return f"{arg} over {axes} where it sums"
+        if kind == "axis":
+            i, c = arg
+            return (f"the sum over the {words.get(i, i)} axis instead of the "
+                    f"{words.get(c, c)} axis")
+        if kind == "hard":
+            return (f"`{f.operands[arg]}` replaced by a hard choice (1 at each largest entry, "
+                    "0 elsewhere: an argmax)")
+        if kind == "tied":
+            j, i, k = arg
+            return (f"`{f.operands[k]}` taken at the {words.get(i, i)} position where the "
+                    f"formula takes it at the {words.get(j, j)} position (one index for "
+                    "another: every entry of a row is the same)")
+        if kind == "distance":
+            power, sign = arg
+            what = "squared distance" if power == 2 else "distance"
+            return (f"the {'negative ' if sign < 0 else ''}{what} between the rows of "
+                    f"`{f.operands[0]}` and `{f.operands[1]}` where it takes their dot "
+                    "products")
+        return f"its operands in {arg} (rounded to {arg}'s few digits)"
+
+    second = _second_run(lesson, name, view)
+    expected = ctx.expected(name)
+    found = []
+    with np.errstate(all="ignore"):
+        for change in changes:
+            tol = lesson.tolerances["low"].get(change[1]) if change[0] == "precision" else None
+            try:
+                got = compute(ctx.inp, change)
+                if got.shape != arr.shape or not _close(arr, got, tol) or _close(got, expected):
+                    continue
+                if second is not None:
+                    again = compute(second[0], change)
+                    if not _close(second[1], again, tol or second[2]):
+                        continue  # (a coincidence of the lesson's numbers)
+            except (ValueError, IndexError, KeyError, TypeError):
+                continue
+            if change[0] == "precision" and any(c[0] == "precision" for c in found):
+                continue  # (bfloat16's tolerance admits float16's results: the finer one)
+            found.append(change)
+    if not found:
+        return None
+    kind = {"reduce": "reduction_changed", "axis": "reduction_changed",
+            "hard": "hard_selection", "precision": "low_precision",
+            "tied": "range_off_by_one", "distance": "reduction_changed"}[found[0][0]]
+    if len(found) == 1:
+        # (a change the lesson has words of its own for: its entry, with what was found)
+        own = f.named.get(_change_key(found[0]))
+        if own:
+            return own, f"`{name}` is the formula with {said(found[0])}."
+        return kind, f"`{name}` is the formula with {said(found[0])}."
+    return kind, (f"`{name}` is the formula with {said(found[0])}, or with "
+                  f"{' or with '.join(said(c) for c in found[1:3])}: these give the same "
+                  "numbers here, so either may be what your code does.")
+
+
+def _change_key(change) -> str:
+    """How a Formula's ``named`` calls a change of the contraction search: "mean", "max",
+    "min", "sum over <index>", "hard", "float16", "bfloat16", "tied", "distance"."""
+    kind, arg = change
+    if kind == "reduce":
+        return arg.split()[-1]
+    if kind == "axis":
+        return f"sum over {arg[0]}"
+    return arg if kind == "precision" else kind
+
+
+def _spread(a, sub: str, every: str):
+    """``a`` (indexed by ``sub``) with its axes in the order of ``every`` and size 1 for
+    the indices it lacks: ready to broadcast against the other operands."""
+    order = [i for i in every if i in sub]
+    a = np.einsum(f"{sub}->{''.join(order)}", a)
+    return a.reshape([a.shape[order.index(i)] if i in sub else 1 for i in every])
+
+
 def _second_run(lesson, name, view):
     """(the second run's inputs, its result for ``name``, tolerance), or None."""
     r = getattr(view, "reader", None)
@@ -396,20 +583,31 @@ def _structural(lesson, check, name, arr, expected):
                         not _close(rolled, expected):
                     return "range_off_by_one", (f"`{name}` is the formula's result shifted by "
                                                 f"one along {where}.")
+            for how, reduce in (("added up", np.sum), ("averaged", np.mean)):
+                once = reduce(expected, axis=axis, keepdims=True)
+                for got in (once, np.squeeze(once, axis)):
+                    if arr.shape == got.shape and _close(arr, got):
+                        return "extra_reduction", (
+                            f"`{name}` is the formula's result {how} over {where}: one "
+                            f"{'entry' if got.ndim < expected.ndim else 'slice'} where the "
+                            f"formula keeps every position along {where}.")
             total = np.cumsum(expected, axis=axis)
             if arr.shape == total.shape and _close(arr, total) and not _close(total, expected):
                 return "range_off_by_one", (f"each slice of `{name}` along {where} adds up the "
                                             "ones before it: an accumulator not reset.")
-        if expected.ndim >= 3:  # a double loop whose two ranges both stop one short
-            left = expected.copy()
-            left[..., -1, :] = 0
-            left[..., :, -1] = 0
-            if arr.shape == left.shape and _close(arr, left):
-                return "range_off_by_one", (
-                    f"`{name}` is the formula's result with its last slice along "
-                    f"{_axis_words(lesson, name, expected.ndim - 2, expected.ndim)} and "
-                    f"along {_axis_words(lesson, name, expected.ndim - 1, expected.ndim)} "
-                    "left at 0.")
+        if expected.ndim >= 3:  # a double loop whose two ranges both start late or stop short
+            for (k1, w1), (k2, w2) in itertools.product(((-1, "last"), (0, "first")),
+                                                        repeat=2):
+                left = expected.copy()
+                left[..., k1, :] = 0
+                left[..., :, k2] = 0
+                if arr.shape == left.shape and _close(arr, left):
+                    return "range_off_by_one", (
+                        f"`{name}` is the formula's result with its {w1} slice along "
+                        f"{_axis_words(lesson, name, expected.ndim - 2, expected.ndim)} and "
+                        f"its {w2} along "
+                        f"{_axis_words(lesson, name, expected.ndim - 1, expected.ndim)} left "
+                        "at 0 (a double loop whose ranges are one short).")
         if expected.ndim >= 2 and expected.shape[-1] == expected.shape[-2]:
             diag = np.diagonal(expected, axis1=-2, axis2=-1)
             for got in (diag, diag[..., None]):
@@ -436,6 +634,10 @@ def _behaviour(lesson, check, name, arr, ctx, view):
             hooks["first"](lesson, name, arr, ctx) if "first" in hooks else None)
         if found:
             return found
+    # (after a rounding, which a low precision's loose tolerance would also admit)
+    found = _contraction(lesson, check, name, arr, ctx, view) if check.reference else None
+    if found:
+        return found
     if arr.shape == expected.shape:
         extra = arr - expected
         for other, t in ctx.inp.items():
@@ -499,9 +701,12 @@ def _variant_verdict(lesson, name, r):
     if got is not None and want.shape[:1] == (1,) and got.shape == want.shape[1:]:
         want = want[0]  # (a lost batch axis is charged on its own, not as this)
     scale = tol["variant_scale"] * float(np.nanmax(np.abs(want), initial=0.0))
+    # (a result in a lower precision is compared as the first run compared it, with that
+    # precision's tolerance: its dtype is charged on its own, not as "right only here")
+    base = tol["low"].get(str(got.dtype), tol["tol"]) if got is not None else tol["tol"]
     if got is not None and got.shape == want.shape and got.dtype.kind == "f" and _close(
-            got.astype(np.float64), want, dict(rtol=tol["tol"]["rtol"],
-                                               atol=max(tol["tol"]["atol"], scale))):
+            got.astype(np.float64), want, dict(rtol=base["rtol"],
+                                               atol=max(base["atol"], scale))):
         return None
     how = ("it is not a float tensor of the right shape" if got is None or got.shape !=
            want.shape or got.dtype.kind != "f" else f"`{name}` differs from the formula by up "
@@ -550,7 +755,9 @@ def _fitted(lesson, check, name, arr, expected):
     rows_e, rows_a = expected.reshape(-1, arr.shape[-1]), arr.reshape(-1, arr.shape[-1])
     fits = [_lstsq(np.stack([r, np.ones_like(r)], 1), s) for r, s in zip(rows_e, rows_a)
             if np.ptp(r) > 1e-9]
-    if fits and all(res <= 1e-4 for _, res in fits):
+    spread = max(float(np.abs(rows_e).max()), 1e-12)
+    if fits and all(res <= 1e-4 for _, res in fits) and all(
+            abs(c[0]) * np.ptp(r) > 1e-3 * spread for (c, _), r in zip(fits, rows_e)):
         gains = [c[0] for c, _ in fits]
         return "rows_rescaled", (f"each row of `{name}` is the right row times its own number "
                                  f"plus its own constant (row 1: {_num(gains[0])} × right + "

@@ -23,7 +23,7 @@ from src.checks.util import TOL, Probe, _fmt, _softmax, _swap
 from src.data import PROMPT_EXAMPLE, load_arrays, tokenize
 from src.lessons import attention_diagnose as diag
 from src.lessons.attention_mistakes import D_K, ENTRIES, MISTAKES
-from src.spec import Check, Figure, Lesson, Step
+from src.spec import Check, Figure, Formula, Lesson, Step
 
 # float32 results against the float64 reference; the graded run is stricter.
 STRICT_TOL = dict(rtol=1e-5, atol=1e-6)
@@ -68,7 +68,10 @@ SOFTMAX_OPS: dict[str, tuple[str, ...]] = {
         "AliasBackward0", "RepeatBackward0", "SelectBackward0", "SliceBackward0",
         "IndexBackward0", "UnbindBackward0", "SplitBackward0", "SplitWithSizesBackward0",
         "StackBackward0", "CatBackward0", "CloneBackward0", "ToCopyBackward0",
-        "CopyBackwards"),
+        "CopyBackwards",
+        # (a write into a view, m[mask] = 0 on m = x.max(dim).values.unsqueeze(dim): torch
+        # records the view's strides under CopySlices; blind set 6's b6-017 lost its point)
+        "AsStridedBackward0"),
 }
 #: Every node :data:`SOFTMAX_OPS` allows, and the leaf a tensor made inside the function
 #: ends in (not an operation).
@@ -247,6 +250,16 @@ def _values_vjp(inp, g, out):
             "value": _swap(inp["attention_weights"]) @ g}
 
 
+#: The contractions the search changes (src/spec.py, Formula), in the axes' words.
+_WORDS = {"b": "batch", "t": "token", "d": "feature", "o": "output feature", "q": "query",
+          "k": "key"}
+_PROJECTIONS = {name: Formula("btd,od->bto", ("x", f"w_{name[0]}"), _WORDS, bias=f"b_{name[0]}")
+                for name in ("query", "key", "value")}
+_SCORES = {"attention_scores": Formula("bqd,bkd->bqk", ("query", "key"), _WORDS,
+                                       scale=1 / math.sqrt(D_K))}
+_VALUES = {"attended_values": Formula("bqk,bkd->bqd", ("attention_weights", "value"), _WORDS,
+                                      named={"sum over q": "values_not_mixed"})}
+
 STEPS = (
     Step("cell4_projections", "cell4_projections_test", 4, inputs=("x",), variant=True,
          call="check_projections(query, key, value)",
@@ -255,6 +268,7 @@ STEPS = (
                        doc="Cell 4: query, key, value == q_proj(x), k_proj(x), v_proj(x), "
                            "each [1, 6, 64].",
                        layers={"query": "q_proj", "key": "k_proj", "value": "v_proj"},
+                       formulas=_PROJECTIONS,
                        diagnose={"last": diag.layer_use, "right": diag.provenance}),)),
     Step("cell5_scores", "cell5_scores_test", 5, inputs=("query", "key"), variant=True,
          call="check_attention_scores(query, key, attention_scores)",
@@ -267,7 +281,8 @@ STEPS = (
                            "-> [1, 6, 6].",
                        reference=lambda inp, name: inp["query"] @ _swap(inp["key"])
                        / math.sqrt(D_K),
-                       vjp=_scores_vjp, diagnose={"fit": diag.vectors_normalised}),)),
+                       vjp=_scores_vjp, diagnose={"fit": diag.vectors_normalised},
+                       formulas=_SCORES),)),
     Step("cell6_softmax", "cell6_softmax_test", 6, inputs=("attention_scores",),
          call="check_softmax(softmax), check_attention_weights(attention_scores, "
               "attention_weights)",
@@ -305,7 +320,8 @@ STEPS = (
                            "@ [1, 6, 64] -> [1, 6, 64]. Passing attention_scores, query and "
                            "key as well lets the check recognise them used in place of the "
                            "weights or the values.",
-                       vjp=_values_vjp, diagnose={"mix": diag.mixing}),)),
+                       vjp=_values_vjp, diagnose={"mix": diag.mixing},
+                       formulas=_VALUES),)),
 )
 
 LESSON = Lesson(

@@ -410,9 +410,16 @@ def _softmax_verdict(lesson, r, strict, cell):
             return ("bad_output", f"on {p.shown} your softmax returned {what}. It should "
                     "return a real, dense float tensor shaped like x.")
         if arr.shape != p.x.shape:
+            moved = _axes_moved(arr, p)
+            if moved:
+                return ("softmax_axes_moved", f"on {p.shown} your softmax returned shape "
+                        f"{list(arr.shape)} for an input of shape {list(p.x.shape)}: the "
+                        f"right values with axes {moved[0]} and {moved[1]} swapped.")
+            keep = (" (keepdim=True in max and sum, and return exps / sums)"
+                    if arr.ndim < p.x.ndim or 1 in arr.shape else "")
             return ("bad_output", f"on {p.shown} your softmax returned shape "
                     f"{list(arr.shape)} for an input of shape {list(p.x.shape)}; keep the "
-                    "shape (keepdim=True in max and sum, and return exps / sums).")
+                    f"shape{keep}.")
         outs.append(arr)
     wrong = [i for i, (p, out) in enumerate(zip(probes, outs))
              if out is None or not _close(out, p.expected)]
@@ -483,6 +490,17 @@ def _softmax_verdict(lesson, r, strict, cell):
                      f"What we saw: on {probes[i].shown} it returned {_fmt(outs[i])} instead "
                      f"of {_fmt(probes[i].expected)}; it matches none of the common mistakes.")
     return found
+
+
+def _axes_moved(arr, probe):
+    """(a, b) when ``arr`` is the probe's right softmax with its axes a and b swapped (a
+    transpose to work on the last axis, never undone), else None."""
+    for a in range(probe.x.ndim):
+        for b in range(a + 1, probe.x.ndim):
+            swapped = np.swapaxes(probe.expected, a, b)
+            if arr.shape == swapped.shape and _close(arr, swapped):
+                return a, b
+    return None
 
 
 def _same_for_every_input(r, probes):

@@ -523,13 +523,19 @@ _m("bad_output", "softmax", "the softmax returns the wrong kind of result",
    "return a torch tensor shaped like x (keep the reduced dimension in the maximum and "
    "the sum)",
    kind="bad_output")
+_m("softmax_axes_moved", "softmax", "the softmax returns its axes in another order",
+   "the function moved `dim` to another place to work there (a transpose or movedim) and "
+   "returned the result without moving it back",
+   "undo the move before you return, so the result has x's shape and axis order",
+   kind="axes_moved")
 _m("axes_permuted", "any", "the axes are in the wrong order",
    "the values are right but the axes are permuted: `.T` on a 3-D tensor reverses every "
    "axis ([1, 6, 64] becomes [64, 6, 1]), and a permute or transpose of the wrong axes "
    "reorders them",
    "{example}",
-   examples={"projections": "keep the layer's output as it is: no transpose or permute "
-                            "after the layer",
+   examples={"projections": "give each tensor the shape [1, 6, 64] (batch, token, "
+                            "feature): look at the axis you stack, join, transpose or permute "
+                            "along",
              "attention_scores": "keep the result's axes as the formula gives them; to swap "
                                  "the last two axes of the key only, use .transpose(-2, -1)",
              "any": "keep the result's axes as the formula gives them: remove the transpose "
@@ -649,8 +655,9 @@ _m("detached_output", "any", "the result does not come from this cell's inputs",
    "the values are right, but autograd shows the tensor does not depend on an input the "
    "task names (.detach(), torch.no_grad(), .data, NumPy, rebuilt from numbers, or "
    "recomputed from other tensors): no gradient could flow back through it",
-   "compute it from this cell's inputs with tensor operations, outside torch.no_grad() "
-   "and without .detach()", kind="detached_output", cost=HALF, strict_only=True)
+   "compute it from this cell's inputs with tensor operations alone: no torch.tensor(...), "
+   "NumPy, .detach() or no_grad",
+   kind="detached_output", cost=HALF, strict_only=True)
 _m("backward_fails", "any", "autograd cannot go back through the result",
    "computing its gradient raised an error: an in-place operation (exp_(), /=, "
    "masked_fill_) overwrote a tensor autograd had saved for the backward pass, so a model "
@@ -686,6 +693,28 @@ _m("wrong_operand", "any", "another tensor in a place of the formula",
    "same one transposed) in one or two of its places",
    "check the tensor in each place of the formula against the task: the names it gives, "
    "in its order, as they are",
+   kind="behaviour", said_first=True)
+_m("reduction_changed", "any", "another reduction in the formula",
+   "the formula multiplies its operands and adds the products up over one axis; this "
+   "result reduces them another way (a mean, a max or a min) or over another axis",
+   "find the axis your code adds up over and how it combines the products: the shapes in "
+   "the theory above say which axis disappears, and a sum is what removes it",
+   kind="behaviour", said_first=True)
+_m("extra_reduction", "any", "an axis the formula keeps was reduced",
+   "the result was added up (or averaged) over an axis the formula keeps: one entry "
+   "where it has one per position",
+   "keep one result per position along that axis: remove the sum or mean that runs over it",
+   kind="behaviour", said_first=True)
+_m("hard_selection", "any", "a hard choice in place of the weights",
+   "one operand was replaced by a hard choice (an argmax: 1 at its largest entry, 0 "
+   "elsewhere), so each result takes a single row where the formula blends them all",
+   "use the operand's numbers as they are: each one weighs its row, however small",
+   kind="behaviour", said_first=True)
+_m("low_precision", "any", "computed in a lower precision",
+   "the operands were rounded to float16 or bfloat16, which keep about 3 digits, so the "
+   "result is off in its fourth digit, more on larger numbers",
+   "compute in the dtype the tensors arrive in (float32 here): no conversion to a half "
+   "precision",
    kind="behaviour", said_first=True)
 _m("from_wrong_function", "any", "made with your function, which is wrong",
    "this result is what your function gives, and the function's own check (above) finds "
@@ -782,14 +811,26 @@ _m("misspelled_name", "any", "the result is stored under another name",
 _m("undefined_name", "any", "the cell uses a name it does not define",
    "each step cell is judged on its own: it sees the set-up (Cells 2-3) and the tensors "
    "of the steps before it, not names made in other cells (or the name has a typo)",
-   "define that name in this cell, or use the set-up's x, q_proj, k_proj, v_proj, d_k",
+   "{example}",
+   examples={"projections": "read only the set-up's names (x, the three layers, d_k), or "
+                            "define the name in this cell",
+             "attention_scores": "read the earlier steps' tensors by the names the task gives "
+                                 "them (query, key), or define the name in this cell",
+             "attention_weights": "read attention_scores by that name, and define in this "
+                                  "cell any other name it uses",
+             "softmax": "define every name the function uses inside it or in this cell",
+             "attended_values": "read the earlier steps' tensors by the names the task gives "
+                                "them (attention_weights, value), or define the name in this "
+                                "cell",
+             "any": "define that name in this cell, or use the names the task gives"},
    error=r"NameError: name '\w+' is not defined",
    example=("NameError: name 'scale' is not defined",
             "attention_scores = query @ key.transpose(-2, -1) * scale"))
 _m("changes_input", "any", "the cell changes an input in place",
    "an in-place operation (x /= ..., .mul_(), .data = ...) overwrote a tensor this cell "
    "was given, so every later use of it sees other numbers",
-   "make new tensors instead of changing one in place: y = x / n, not x /= n",
+   "leave this cell's inputs as they are: make a new tensor for a changed copy (y = x / n, "
+   "not x /= n), or drop a change the formula lacks",
    kind="mutated_input",
    cost=HALF)
 _m("softmax_leaves_autograd", "softmax", "the softmax's output leaves autograd",
@@ -874,6 +915,19 @@ _m("elementwise_product", "any", "* multiplies entry by entry, not as matrices",
    error=r"must match the size of tensor", line=r"[^*]\*[^*=]",
    example=("RuntimeError: The size of tensor a (6) must match the size of tensor b (64) "
             "at non-singleton dimension 2", "attended_values = attention_weights * value"))
+_m("no_gpu", "any", "the lesson runs on the CPU",
+   "the course's machines (and the grader's) have no GPU: moving a tensor or a layer to "
+   "'cuda' raises",
+   "leave every tensor and layer on the device the set-up made it on: no .cuda() and no "
+   ".to('cuda')",
+   error=r"not compiled with CUDA|CUDA driver|no CUDA GPUs|CUDA is not available",
+   example=("AssertionError: Torch not compiled with CUDA enabled", "x = x.to('cuda')"))
+_m("parameter_called", "any", "a layer's weight called like a function",
+   "a layer's weight (or bias) is a tensor, a Parameter, not a function: calling it raises; "
+   "the layer itself is what can be called",
+   "call the layer, or use its weight in a product as the formula above writes it",
+   error=r"'Parameter' object is not callable",
+   example=("TypeError: 'Parameter' object is not callable", "query = q_proj.weight(x)"))
 _m("cell_raised", "any", "the cell raised an error",
    "the cell stopped with an exception, so the tensor was not (re)computed",
    "fix the line the error points to and run the cell again", kind="cell_error")

@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 
 import verify
-from src import replay
-from tests.corpus import SECOND_RUN_SEED, release_setup
+from src import replay, road
+from tests.corpus import REF, SECOND_RUN_SEED, release_setup
 
 HERE = Path(__file__).resolve().parent
 CELL = {"4": "cell4_projections", "5": "cell5_scores", "6": "cell6_softmax",
@@ -35,16 +35,17 @@ def attempts(path=None) -> list[dict]:
 
 
 def judge_attempt(a: dict) -> dict:
-    """{cell number: strict Summary of its grade cell} for one attempt."""
+    """{cell number: strict Summary of its grade cell} for one attempt, on the road grading
+    takes (src/road.py), the attempt's cells in a notebook after the release's set-up."""
+    lesson = verify.LESSON
+    sources = {CELL[n]: src for n, src in a["cells"].items()}
+    cells = [(c, REF[c]) for c in lesson.setup_cells] + list(sources.items())
+    setup = release_setup()
     with replay.pinned_seed(SECOND_RUN_SEED):
-        answer = replay.replay_in_process(
-            verify.LESSON, {CELL[n]: src for n, src in a["cells"].items()}, release_setup())
-    out = {}
-    for n, step in CELL.items():
-        gid = verify.LESSON.by_cell[step].test
-        out[n] = verify.judge_replay(gid, answer[step], answer.get(f"own:{step}"),
-                                     strict=True)
-    return out
+        found = road.verdicts(lesson, sources,
+                              lambda steps: replay.replay_in_process(lesson, steps, setup),
+                              cells=cells)
+    return {n: found.summaries[lesson.by_cell[step].test] for n, step in CELL.items()}
 
 
 def evaluate(items=None):

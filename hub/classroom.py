@@ -811,9 +811,14 @@ def _write_owned(path: Path, text: str, user: str) -> None:
 def exchange_config(room: Classroom) -> str:
     """The nbgrader configuration lines of the class's exchange."""
     if room.exchange_kind == "ngshare":
-        return ("import ngshare_exchange  # noqa: E402\n"
-                f"ngshare_exchange.configureExchange(c, {room.ngshare_url!r})")
+        return ngshare_exchange_config(room.ngshare_url)
     return f"c.Exchange.root = {str(room.exchange)!r}"
+
+
+def ngshare_exchange_config(url: str) -> str:
+    """nbgrader's configuration of the ngshare exchange at ``url`` (also hub/k8s's)."""
+    return ("import ngshare_exchange  # noqa: E402\n\n"
+            f"ngshare_exchange.configureExchange(c, {url!r})")
 
 
 def ensure_ngshare_exchange(room: Classroom) -> None:
@@ -840,16 +845,28 @@ def ensure_user_config(room: Classroom) -> None:
             _write_owned(jupyter / "lab" / "user-settings" / "@jupyterlab" /
                          f"{name}.jupyterlab-settings", json.dumps(value), user)
         student = user != room.instructor
-        server = {"jpserver_extensions": {e: not student for e in INSTRUCTOR_ONLY_SERVER}}
-        if not student:
-            # JupyterHub's servers forbid every frame ("frame-ancestors 'none'"), and
-            # JupyterLab shows the Formgrader in one: allow frames from the same origin only.
-            server["tornado_settings"] = {
-                "headers": {"Content-Security-Policy": "frame-ancestors 'self'"}}
         _write_owned(jupyter / "jupyter_server_config.json",
-                     json.dumps({"ServerApp": server}), user)
-        _write_owned(jupyter / "labconfig" / "page_config.json", json.dumps(
-            {"disabledExtensions": {e: student for e in INSTRUCTOR_ONLY_LAB}}), user)
+                     json.dumps(server_config(student)), user)
+        _write_owned(jupyter / "labconfig" / "page_config.json",
+                     json.dumps(page_config(student)), user)
+
+
+def server_config(student: bool) -> dict:
+    """jupyter_server_config.json of a student's server (nbgrader's instructor tools off)
+    or the instructor's (on; hub/k8s/image/ holds the same for Kubernetes)."""
+    server = {"jpserver_extensions": {e: not student for e in INSTRUCTOR_ONLY_SERVER}}
+    if not student:
+        # JupyterHub's servers forbid every frame ("frame-ancestors 'none'"), and
+        # JupyterLab shows the Formgrader in one: allow frames from the same origin only.
+        server["tornado_settings"] = {
+            "headers": {"Content-Security-Policy": "frame-ancestors 'self'"}}
+    return {"ServerApp": server}
+
+
+def page_config(student: bool) -> dict:
+    """JupyterLab's labconfig/page_config.json: the instructor-only extensions off for a
+    student."""
+    return {"disabledExtensions": {e: student for e in INSTRUCTOR_ONLY_LAB}}
 
 
 # --------------------------------------------------------------- the course

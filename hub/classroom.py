@@ -459,6 +459,7 @@ def check_auth(room: Classroom) -> None:
             raise HubError(f"OIDC_CLIENT_SECRET_FILE {secret}: expected a file holding the "
                            "client secret the provider gave the hub when you registered it "
                            f"(redirect URI {room.url}/hub/oauth_callback)")
+        discover_oidc(room)  # the provider answers and suits, before anything is made
     elif room.auth == "lti13":
         missing = [name for name, value in (
             ("LTI_ISSUER", room.lti_issuer), ("LTI_CLIENT_ID", room.lti_client_id),
@@ -1000,7 +1001,8 @@ def start_oidc_provider(room: Classroom) -> subprocess.Popen:
 
 def discover_oidc(room: Classroom, timeout: float = 30) -> dict:
     """The provider's endpoints from its discovery document (OpenID Connect Discovery
-    1.0), checked for what the hub uses: its issuer, the code flow, PKCE with S256."""
+    1.0), checked for what the hub uses: its issuer, the code flow, PKCE with S256.
+    Another's provider is asked once; this machine's, until it answers (``timeout``)."""
     url = f"{room.issuer}/.well-known/openid-configuration"
     deadline = time.monotonic() + timeout
     while True:
@@ -1015,7 +1017,7 @@ def discover_oidc(room: Classroom, timeout: float = 30) -> dict:
                                f"{room.state / 'oidc-provider.log'}:\n"
                                + (room.state / "oidc-provider.log").read_text()[-2000:]
                                ) from None
-            if time.monotonic() > deadline:
+            if room.provider is None or time.monotonic() > deadline:  # waits for its own
                 raise HubError(f"no OpenID Connect discovery document at {url} ({exc}): "
                                "expected OIDC_ISSUER to be the provider's issuer URL") from None
             time.sleep(0.3)
@@ -1389,6 +1391,9 @@ def main(argv=None) -> int:
 
 
 def _new_link(room: Classroom, ids: list[str]) -> int:
+    if room.auth != "password":
+        raise HubError(f"AUTH={room.auth}: there are no first-login links; the identity "
+                       "provider (or the LMS) holds the students' passwords")
     if room.roster is None:
         raise HubError(f"no class list in {room.state}: expected a class set up with "
                        "`make hub CLASS_LIST=students.csv`")

@@ -99,7 +99,7 @@ hub-link: $(STAMP)  ## a new one-time first-login link for a class-list student 
 	@test -n "$(ID)" || { echo "make hub-link: expected ID=<student id from the class list>"; exit 2; }
 	$(PY) -m hub.classroom new-link $(ID) $(HUB_ARGS)
 
-test-hub: $(STAMP) $(CHP) $(NGSHARE)  ## the class on JupyterHub end to end in Chromium, and isolation (root; ~3 min)
+test-hub: $(STAMP) $(CHP) $(NGSHARE)  ## the class on JupyterHub end to end in Chromium (password, OpenID Connect, LTI 1.3 logins; ngshare; culling), and isolation (root; ~8 min)
 	$(PY) -m pytest -p no:xdist tests/hub -m hub
 
 lint: $(STAMP)  ## ruff (PEP 8, pyflakes, imports)

@@ -1,6 +1,7 @@
 """The login through an OpenID Connect provider (`make hub AUTH=oidc`), on a real hub.
 
-A class of its own (a class list of one student, plain HTTP on 127.0.0.1) whose hub logs
+A class of its own (a class list of one student, plain HTTP on 127.0.0.1, nbgrader's
+exchange through ngshare: the combination hub/k8s/config.yaml describes) whose hub logs
 people in with oauthenticator's GenericOAuthenticator against this machine's provider
 (hub/oidc-provider.mjs: Node's oidc-provider, pinned in hub/package-lock.json), which the
 launcher starts with the class's people as its accounts and whose endpoints it takes from
@@ -56,11 +57,12 @@ def oidc_room(room):
     (base / "students.csv").write_text(f"id,name,email\n{STUDENT},Ed Oidc,ed@example.org\n")
     small = classroom.Classroom(base=base, port=classroom.free_port(), prefix=PREFIX,
                                 home_base=base / "home", release=False, venv=main.venv,
-                                auth="oidc", oidc_port=classroom.free_port())
+                                auth="oidc", oidc_port=classroom.free_port(),
+                                exchange_kind="ngshare")
     small.roster = classroom.parse_class_list(base / "students.csv", small.instructor)
     classroom.remove_users(small)
     args = ["--class-list", str(base / "students.csv"), "--venv", str(main.venv),
-            "--auth", "oidc", "--oidc-port", str(small.oidc_port)]
+            "--auth", "oidc", "--oidc-port", str(small.oidc_port), "--exchange", "ngshare"]
     try:
         launcher = start_launcher(small, args)
     except BaseException:
@@ -185,6 +187,8 @@ def test_a_student_signs_in_through_the_provider_and_gets_feedback(oidc_room, br
     finally:
         student.context.close()
         teacher.context.close()
+    # The exchange was ngshare (as in hub/k8s/config.yaml): nothing in the shared directory.
+    assert not (room.exchange / classroom.COURSE_ID).exists()
     log = (room.state / "oidc-provider.log").read_text()
     assert f"signed in: {STUDENT}" in log and f'failed sign-in for "{STUDENT}"' in log, log
 

@@ -26,7 +26,13 @@
   hub/node_modules and LocalProcessSpawner: each server runs as its own user; on
   ``--ip`` (127.0.0.1 by default), over TLS with ``--ssl-cert``/``--ssl-key`` (required
   on any other address unless ``--allow-http``); jupyterhub-idle-culler as a hub service
-  stops servers idle for ``--idle-timeout`` seconds (their files stay).
+  stops servers idle for ``--idle-timeout`` seconds (their files stay);
+- the login (``--auth``): the hub's password form (above), an OpenID Connect provider
+  (``oidc``: its endpoints from its discovery document; without ``--oidc-issuer`` this
+  machine's provider, hub/oidc-provider.mjs, with the class's people as its accounts and
+  their passwords printed once, started before the hub and stopped after it), or LTI 1.3
+  launches from an LMS (``lti13``); whichever it is, only the class list's ids and the
+  instructor are let in.
 
 Ctrl-C (or SIGTERM) stops the hub, which stops every server and the proxy; then no
 process of the class's users may be left, and any that is, is named and stopped.

@@ -48,7 +48,8 @@ test-road: $(STAMP)  ## every attempt of the corpora: the live check in a real k
 test-cohort: $(STAMP)  ## grade a class-sized hostile cohort for real (a few minutes)
 	$(PY) -m pytest -p no:xdist tests/cohort -m cohort
 
-# JupyterHub's proxy, from hub/package-lock.json into hub/node_modules (never global).
+# JupyterHub's proxy and the OpenID Connect provider of AUTH=oidc, from
+# hub/package-lock.json into hub/node_modules (never global).
 CHP := hub/node_modules/.bin/configurable-http-proxy
 $(CHP): hub/package.json hub/package-lock.json
 	@command -v npm >/dev/null || { echo "make hub: Node.js and npm are missing (JupyterHub's proxy runs on Node): apt-get install nodejs npm"; exit 2; }
@@ -64,12 +65,25 @@ HUB_IP ?= 127.0.0.1
 IDLE_TIMEOUT ?= 3600
 # Optional: CLASS_LIST=students.csv (id,name,email), SSL_CERT=cert.pem SSL_KEY=key.pem,
 # HUB_URL=https://hub.example.org:8000 (for the links), HUB_ALLOW_HTTP=1 (TLS done in front).
+# AUTH=oidc: an OpenID Connect provider (OIDC_ISSUER, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET_FILE,
+# OIDC_USERNAME_CLAIM; without OIDC_ISSUER this machine's, hub/oidc-provider.mjs, on
+# OIDC_PORT); AUTH=lti13: LTI 1.3 launches (LTI_ISSUER, LTI_CLIENT_ID, LTI_AUTHORIZE_URL,
+# LTI_JWKS_URL, LTI_USERNAME_KEY); INSTRUCTOR_LOGIN: the instructor's name there.
 HUB_ARGS = --base $(HUB_DIR) --port $(PORT) --students $(STUDENTS) --prefix $(HUB_PREFIX) \
 	--home-base $(HUB_HOME) --ip $(HUB_IP) --idle-timeout $(IDLE_TIMEOUT) \
 	$(if $(CLASS_LIST),--class-list $(CLASS_LIST),) \
 	$(if $(SSL_CERT),--ssl-cert $(SSL_CERT),) $(if $(SSL_KEY),--ssl-key $(SSL_KEY),) \
 	$(if $(HUB_URL),--public-url $(HUB_URL),) $(if $(HUB_ALLOW_HTTP),--allow-http,) \
-	$(if $(EXCHANGE),--exchange $(EXCHANGE),)
+	$(if $(EXCHANGE),--exchange $(EXCHANGE),) $(if $(AUTH),--auth $(AUTH),) \
+	$(if $(OIDC_ISSUER),--oidc-issuer $(OIDC_ISSUER),) $(if $(OIDC_PORT),--oidc-port $(OIDC_PORT),) \
+	$(if $(OIDC_CLIENT_ID),--oidc-client-id $(OIDC_CLIENT_ID),) \
+	$(if $(OIDC_CLIENT_SECRET_FILE),--oidc-client-secret-file $(OIDC_CLIENT_SECRET_FILE),) \
+	$(if $(OIDC_USERNAME_CLAIM),--oidc-username-claim $(OIDC_USERNAME_CLAIM),) \
+	$(if $(INSTRUCTOR_LOGIN),--instructor-login $(INSTRUCTOR_LOGIN),) \
+	$(if $(LTI_ISSUER),--lti-issuer $(LTI_ISSUER),) $(if $(LTI_CLIENT_ID),--lti-client-id $(LTI_CLIENT_ID),) \
+	$(if $(LTI_AUTHORIZE_URL),--lti-authorize-url $(LTI_AUTHORIZE_URL),) \
+	$(if $(LTI_JWKS_URL),--lti-jwks-url $(LTI_JWKS_URL),) \
+	$(if $(LTI_USERNAME_KEY),--lti-username-key $(LTI_USERNAME_KEY),)
 # EXCHANGE=ngshare: the ngshare service in an environment of its own (hub/ngshare/venv) and
 # ngshare-exchange without its dependencies (hub/ngshare/site-packages); docs/hub/ngshare.md.
 NGSHARE := hub/ngshare/venv/.installed
@@ -81,14 +95,14 @@ $(NGSHARE): hub/requirements-ngshare.txt hub/requirements-ngshare-exchange.txt |
 	  -r hub/requirements-ngshare-exchange.txt
 	@touch $@
 
-hub: $(STAMP) $(CHP) $(if $(filter ngshare,$(EXCHANGE)),$(NGSHARE),)  ## a real class on JupyterHub, as root (HUB_IP=127.0.0.1 PORT=8000, SSL_CERT/SSL_KEY, CLASS_LIST=csv or STUDENTS=3, IDLE_TIMEOUT=3600, EXCHANGE=ngshare, HUB_DIR); Ctrl-C stops it
+hub: $(STAMP) $(CHP) $(if $(filter ngshare,$(EXCHANGE)),$(NGSHARE),)  ## a real class on JupyterHub, as root (HUB_IP=127.0.0.1 PORT=8000, SSL_CERT/SSL_KEY, CLASS_LIST=csv or STUDENTS=3, IDLE_TIMEOUT=3600, EXCHANGE=ngshare, AUTH=oidc|lti13, HUB_DIR); Ctrl-C stops it
 	$(PY) -m hub.classroom up $(HUB_ARGS)
 
 hub-link: $(STAMP)  ## a new one-time first-login link for a class-list student (ID=...; same HUB_* settings as make hub)
 	@test -n "$(ID)" || { echo "make hub-link: expected ID=<student id from the class list>"; exit 2; }
 	$(PY) -m hub.classroom new-link $(ID) $(HUB_ARGS)
 
-test-hub: $(STAMP) $(CHP) $(NGSHARE)  ## the class on JupyterHub end to end in Chromium, and isolation (root; ~3 min)
+test-hub: $(STAMP) $(CHP) $(NGSHARE)  ## the class on JupyterHub end to end in Chromium (password, OpenID Connect, LTI 1.3 logins; ngshare; culling), and isolation (root; ~8 min)
 	$(PY) -m pytest -p no:xdist tests/hub -m hub
 
 lint: $(STAMP)  ## ruff (PEP 8, pyflakes, imports)

@@ -26,7 +26,13 @@
   hub/node_modules and LocalProcessSpawner: each server runs as its own user; on
   ``--ip`` (127.0.0.1 by default), over TLS with ``--ssl-cert``/``--ssl-key`` (required
   on any other address unless ``--allow-http``); jupyterhub-idle-culler as a hub service
-  stops servers idle for ``--idle-timeout`` seconds (their files stay).
+  stops servers idle for ``--idle-timeout`` seconds (their files stay);
+- the login (``--auth``): the hub's password form (above), an OpenID Connect provider
+  (``oidc``: its endpoints from its discovery document; without ``--oidc-issuer`` this
+  machine's provider, hub/oidc-provider.mjs, with the class's people as its accounts and
+  their passwords printed once, started before the hub and stopped after it), or LTI 1.3
+  launches from an LMS (``lti13``); whichever it is, only the class list's ids and the
+  instructor are let in.
 
 Ctrl-C (or SIGTERM) stops the hub, which stops every server and the proxy; then no
 process of the class's users may be left, and any that is, is named and stopped.
@@ -52,6 +58,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,6 +114,14 @@ NGSHARE_ENV = ROOT / "hub" / "ngshare" / "venv"
 NGSHARE_EXCHANGE = ROOT / "hub" / "ngshare" / "site-packages"
 #: The hub service that is ngshare's admin: it registers the course and its students.
 NGSHARE_ADMIN = "attention-setup"
+#: How people log in: the hub's password form (first-login links for a class list), an
+#: OpenID Connect provider (oauthenticator's GenericOAuthenticator), or LTI 1.3 launches
+#: from an LMS (jupyterhub-ltiauthenticator).
+AUTH_KINDS = ("password", "oidc", "lti13")
+#: AUTH=oidc without OIDC_ISSUER: the provider for trying it on this machine.
+OIDC_PROVIDER = ROOT / "hub" / "oidc-provider.mjs"
+#: The scopes the hub asks an OpenID Connect provider for.
+OIDC_SCOPES = ["openid", "profile", "email"]
 
 
 class HubError(Exception):
@@ -146,12 +161,39 @@ class Classroom:
     #: nbgrader's exchange: "fs" (a shared directory) or "ngshare" (a hub service).
     exchange_kind: str = "fs"
     ngshare_port: int = 0  # chosen by setup()
+    #: How people log in: one of AUTH_KINDS.
+    auth: str = "password"
+    #: AUTH=oidc: the provider's issuer URL; None: this machine's (hub/oidc-provider.mjs,
+    #: the class's people as its accounts) on 127.0.0.1:``oidc_port``.
+    oidc_issuer: str | None = None
+    oidc_port: int = 0  # the local provider's; 0: PORT + 1
+    oidc_client_id: str = "attention-hub"
+    #: A file holding the client secret the provider gave the hub (the local one: made).
+    oidc_client_secret_file: Path | None = None
+    #: The claim of the provider's userinfo whose value is the class list's id.
+    oidc_username_claim: str = "preferred_username"
+    #: The instructor's user name at the provider or the LMS (default: the hub's name),
+    #: mapped to the hub's instructor.
+    instructor_login: str | None = None
+    #: AUTH=lti13: the platform's (LMS's) issuer, the hub's client id there, its
+    #: authorization and JWKS endpoints, and the launch's claim holding the class list id.
+    lti_issuer: str = ""
+    lti_client_id: str = ""
+    lti_authorize_url: str = ""
+    lti_jwks_url: str = ""
+    lti_username_key: str = "custom_id"
+    #: The local provider's process while the class runs (start(), stop()).
+    provider: subprocess.Popen | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         self.base, self.home_base = Path(self.base), Path(self.home_base)
         self.venv = Path(self.venv) if self.venv else self.base / "venv"
         self.ssl_cert = Path(self.ssl_cert) if self.ssl_cert else None
         self.ssl_key = Path(self.ssl_key) if self.ssl_key else None
+        if self.oidc_client_secret_file:
+            self.oidc_client_secret_file = Path(self.oidc_client_secret_file)
+        if not self.oidc_port:
+            self.oidc_port = self.port + 1
 
     @property
     def state(self) -> Path:
@@ -209,6 +251,21 @@ class Classroom:
     @property
     def saved_roster(self) -> Path:
         return self.state / "class-list.json"
+
+    @property
+    def oidc_dir(self) -> Path:
+        """The local provider's files (root only): settings, accounts, signing key."""
+        return self.state / "oidc"
+
+    @property
+    def local_provider(self) -> bool:
+        """Whether this machine's provider (hub/oidc-provider.mjs) is the class's."""
+        return self.auth == "oidc" and not self.oidc_issuer
+
+    @property
+    def issuer(self) -> str:
+        """The OpenID Connect provider's issuer URL (AUTH=oidc)."""
+        return (self.oidc_issuer or f"http://127.0.0.1:{self.oidc_port}").rstrip("/")
 
     @property
     def ngshare_url(self) -> str:
@@ -377,10 +434,52 @@ def preflight(room: Classroom) -> None:
                        "directory, the default) or ngshare")
     built = (NGSHARE_ENV / ".installed").exists() and (NGSHARE_EXCHANGE /
                                                          "ngshare_exchange").is_dir()
+    check_auth(room)
     if room.exchange_kind == "ngshare" and not built:
         raise HubError(f"the ngshare exchange is not installed ({NGSHARE_ENV}, "
                        f"{NGSHARE_EXCHANGE}): run `make hub EXCHANGE=ngshare`, which builds "
                        "them from hub/requirements-ngshare*.txt")
+
+
+def check_auth(room: Classroom) -> None:
+    """AUTH and its settings: complete, and the local provider only where it can work."""
+    if room.auth not in AUTH_KINDS:
+        raise HubError(f"AUTH={room.auth!r}: expected password (the hub's own form, the "
+                       "default), oidc (an OpenID Connect provider) or lti13 (launches from "
+                       "an LMS)")
+    if room.auth == "oidc" and room.local_provider:
+        if not (ROOT / "hub" / "node_modules" / "oidc-provider").is_dir():
+            raise HubError("oidc-provider is missing (hub/node_modules): run `make hub "
+                           "AUTH=oidc`, which installs it with `npm ci --prefix hub`")
+        if not ipaddress.ip_address(room.ip).is_loopback:
+            raise HubError(f"AUTH=oidc without OIDC_ISSUER runs this machine's provider, for "
+                           f"trying the login out on 127.0.0.1 only, but HUB_IP is {room.ip}: "
+                           "for a class on other machines give OIDC_ISSUER=https://... (your "
+                           "institution's provider), OIDC_CLIENT_ID and OIDC_CLIENT_SECRET_FILE")
+        if port_in_use(room.oidc_port):
+            raise HubError(f"port {room.oidc_port} (the local OpenID Connect provider's) is "
+                           f"in use: choose another, e.g. `OIDC_PORT={room.oidc_port + 10}`")
+    elif room.auth == "oidc":
+        issuer = urllib.parse.urlsplit(room.oidc_issuer)
+        loopback = issuer.hostname in ("127.0.0.1", "localhost", "::1")
+        if issuer.scheme != "https" and not (issuer.scheme == "http" and loopback):
+            raise HubError(f"OIDC_ISSUER {room.oidc_issuer!r}: expected an https:// URL (the "
+                           "provider's issuer, as in its /.well-known/openid-configuration)")
+        secret = room.oidc_client_secret_file
+        if not secret or not secret.is_file() or not secret.read_text().strip():
+            raise HubError(f"OIDC_CLIENT_SECRET_FILE {secret}: expected a file holding the "
+                           "client secret the provider gave the hub when you registered it "
+                           f"(redirect URI {room.url}/hub/oauth_callback)")
+        discover_oidc(room)  # the provider answers and suits, before anything is made
+    elif room.auth == "lti13":
+        missing = [name for name, value in (
+            ("LTI_ISSUER", room.lti_issuer), ("LTI_CLIENT_ID", room.lti_client_id),
+            ("LTI_AUTHORIZE_URL", room.lti_authorize_url), ("LTI_JWKS_URL", room.lti_jwks_url))
+            if not value]
+        if missing:
+            raise HubError(f"AUTH=lti13 needs {', '.join(missing)}: the values your LMS shows "
+                           "when you register the hub as an LTI 1.3 tool (its configuration "
+                           f"is at {room.url}/hub/lti13/config)")
 
 
 def check_address(room: Classroom) -> None:
@@ -494,6 +593,10 @@ def ensure_passwords(room: Classroom) -> dict[str, str]:
     os.chmod(room.state, 0o700)
     known = read_passwords(room) if room.passwords.exists() else {}
     given = [room.instructor] if room.roster is not None else room.users
+    if room.local_provider:  # every person's password at this machine's provider
+        given = room.users
+    elif room.auth != "password":  # the provider or the LMS knows everyone's
+        given = []
     new = {u: secrets.token_urlsafe(12) for u in given if u not in known}
     known.update(new)
     write_private(room.passwords, "# user password (make hub; keep this file private)\n"
@@ -512,7 +615,7 @@ def ensure_first_logins(room: Classroom, reissue: tuple[str, ...] = ()) -> dict[
     """A one-time first-login link for each student of the class list who has neither a
     password nor an unused link (and for each of ``reissue``, whose password is then
     dropped: a forgotten password); return {id: link} of the new ones only."""
-    if room.roster is None:
+    if room.roster is None or room.auth != "password":
         return {}
     hashes = json.loads(room.password_hashes.read_text()) if room.password_hashes.exists() \
         else {}
@@ -732,9 +835,14 @@ def _write_owned(path: Path, text: str, user: str) -> None:
 def exchange_config(room: Classroom) -> str:
     """The nbgrader configuration lines of the class's exchange."""
     if room.exchange_kind == "ngshare":
-        return ("import ngshare_exchange  # noqa: E402\n"
-                f"ngshare_exchange.configureExchange(c, {room.ngshare_url!r})")
+        return ngshare_exchange_config(room.ngshare_url)
     return f"c.Exchange.root = {str(room.exchange)!r}"
+
+
+def ngshare_exchange_config(url: str) -> str:
+    """nbgrader's configuration of the ngshare exchange at ``url`` (also hub/k8s's)."""
+    return ("import ngshare_exchange  # noqa: E402\n\n"
+            f"ngshare_exchange.configureExchange(c, {url!r})")
 
 
 def ensure_ngshare_exchange(room: Classroom) -> None:
@@ -761,17 +869,29 @@ def ensure_user_config(room: Classroom) -> None:
             _write_owned(jupyter / "lab" / "user-settings" / "@jupyterlab" /
                          f"{name}.jupyterlab-settings", json.dumps(value), user)
         student = user != room.instructor
-        server = {"jpserver_extensions": {e: not student for e in INSTRUCTOR_ONLY_SERVER}
-                  | VALIDATE_SERVER_EXTENSIONS}
-        if not student:
-            # JupyterHub's servers forbid every frame ("frame-ancestors 'none'"), and
-            # JupyterLab shows the Formgrader in one: allow frames from the same origin only.
-            server["tornado_settings"] = {
-                "headers": {"Content-Security-Policy": "frame-ancestors 'self'"}}
         _write_owned(jupyter / "jupyter_server_config.json",
-                     json.dumps({"ServerApp": server}), user)
-        _write_owned(jupyter / "labconfig" / "page_config.json", json.dumps(
-            {"disabledExtensions": {e: student for e in INSTRUCTOR_ONLY_LAB}}), user)
+                     json.dumps(server_config(student)), user)
+        _write_owned(jupyter / "labconfig" / "page_config.json",
+                     json.dumps(page_config(student)), user)
+
+
+def server_config(student: bool) -> dict:
+    """jupyter_server_config.json of a student's server (nbgrader's instructor tools off)
+    or the instructor's (on; hub/k8s/image/ holds the same for Kubernetes)."""
+    server = {"jpserver_extensions": {e: not student for e in INSTRUCTOR_ONLY_SERVER}
+              | VALIDATE_SERVER_EXTENSIONS}
+    if not student:
+        # JupyterHub's servers forbid every frame ("frame-ancestors 'none'"), and
+        # JupyterLab shows the Formgrader in one: allow frames from the same origin only.
+        server["tornado_settings"] = {
+            "headers": {"Content-Security-Policy": "frame-ancestors 'self'"}}
+    return {"ServerApp": server}
+
+
+def page_config(student: bool) -> dict:
+    """JupyterLab's labconfig/page_config.json: the instructor-only extensions off for a
+    student."""
+    return {"disabledExtensions": {e: student for e in INSTRUCTOR_ONLY_LAB}}
 
 
 # --------------------------------------------------------------- the course
@@ -859,13 +979,114 @@ def setup(room: Classroom, log=print) -> tuple[dict[str, str], dict[str, str]]:
         ensure_ngshare_exchange(room)
     ensure_user_config(room)
     ensure_course(room, log)
+    if room.local_provider:
+        ensure_oidc_provider_files(room)
     return new, links
 
 
+# ------------------------------------------------- OpenID Connect, LTI 1.3
+def ensure_oidc_provider_files(room: Classroom) -> None:
+    """The local provider's settings, the hub's client secret there, and its accounts: the
+    class's people (the class list's ids, names and e-mails; the instructor) with the
+    scrypt hashes of their passwords. Accounts of other people already in its accounts
+    file are kept (a provider knows more people than one class)."""
+    d = room.oidc_dir
+    d.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(d, 0o700)
+    secret = d / "client-secret"
+    if not secret.exists():
+        write_private(secret, secrets.token_urlsafe(32))
+    room.oidc_client_secret_file = secret
+    hashes = json.loads(room.password_hashes.read_text())
+    accounts_file = d / "accounts.json"
+    accounts = json.loads(accounts_file.read_text()) if accounts_file.exists() else {}
+    people = {st.id: (st.name, st.email) for st in room.roster or []}
+    for user in room.users:
+        name, email = people.get(user, (user, ""))
+        accounts[user] = {"name": name, "email": email, "password": hashes[user]}
+    write_private(accounts_file, json.dumps(accounts, indent=1, sort_keys=True))
+    write_private(d / "provider.json", json.dumps({
+        "issuer": room.issuer, "host": "127.0.0.1", "port": room.oidc_port,
+        "accounts": str(accounts_file), "keys": str(d / "signing-key.json"),
+        "clients": [{"client_id": room.oidc_client_id, "client_secret": secret.read_text(),
+                     "redirect_uris": [f"{room.url}/hub/oauth_callback"]}]}, indent=1))
+
+
+def start_oidc_provider(room: Classroom) -> subprocess.Popen:
+    """This machine's provider (node hub/oidc-provider.mjs), as root, its log beside the
+    hub's; found by leftovers() like the hub's services."""
+    logf = open(room.state / "oidc-provider.log", "a")
+    proc = subprocess.Popen(["node", str(OIDC_PROVIDER), str(room.oidc_dir / "provider.json")],
+                            cwd=room.state, stdout=logf, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, "ATTENTION_HUB_STATE": str(room.state)})
+    logf.close()
+    return proc
+
+
+def discover_oidc(room: Classroom, timeout: float = 30) -> dict:
+    """The provider's endpoints from its discovery document (OpenID Connect Discovery
+    1.0), checked for what the hub uses: its issuer, the code flow, PKCE with S256.
+    Another's provider is asked once; this machine's, until it answers (``timeout``)."""
+    url = f"{room.issuer}/.well-known/openid-configuration"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                doc = json.loads(r.read())
+            break
+        except (OSError, ValueError) as exc:
+            if room.provider is not None and room.provider.poll() is not None:
+                raise HubError(f"the local OpenID Connect provider exited with "
+                               f"{room.provider.returncode}; its log, "
+                               f"{room.state / 'oidc-provider.log'}:\n"
+                               + (room.state / "oidc-provider.log").read_text()[-2000:]
+                               ) from None
+            if room.provider is None or time.monotonic() > deadline:  # waits for its own
+                raise HubError(f"no OpenID Connect discovery document at {url} ({exc}): "
+                               "expected OIDC_ISSUER to be the provider's issuer URL") from None
+            time.sleep(0.3)
+    problems = []
+    if doc.get("issuer", "").rstrip("/") != room.issuer:
+        problems.append(f"its issuer is {doc.get('issuer')!r}, not {room.issuer!r}")
+    if "code" not in doc.get("response_types_supported", []):
+        problems.append("it does not offer the authorization code flow (response type code)")
+    if "S256" not in doc.get("code_challenge_methods_supported", ["S256"]):
+        problems.append("it does not accept PKCE with S256")
+    for key in ("authorization_endpoint", "token_endpoint", "userinfo_endpoint"):
+        if not doc.get(key):
+            problems.append(f"it names no {key}")
+    if problems:
+        raise HubError(f"the OpenID Connect provider at {room.issuer} cannot log people in to "
+                       f"the hub: {'; '.join(problems)} (from {url})")
+    return {"authorize_url": doc["authorization_endpoint"], "token_url": doc["token_endpoint"],
+            "userdata_url": doc["userinfo_endpoint"]}
+
+
+def auth_settings(room: Classroom, endpoints: dict | None) -> dict:
+    """What hub/jupyterhub_config.py needs of the login (settings.json)."""
+    aliases = {}
+    if room.instructor_login and room.instructor_login != room.instructor:
+        aliases[room.instructor_login] = room.instructor
+    out = {"auth": room.auth, "login_aliases": aliases}
+    if room.auth == "oidc":
+        out["oidc"] = {**endpoints, "client_id": room.oidc_client_id,
+                       "client_secret": room.oidc_client_secret_file.read_text().strip(),
+                       "username_claim": room.oidc_username_claim, "scope": OIDC_SCOPES,
+                       "login_service": ("this machine's provider" if room.local_provider
+                                         else urllib.parse.urlsplit(room.issuer).hostname)}
+    elif room.auth == "lti13":
+        out["lti13"] = {"issuer": room.lti_issuer, "client_id": [room.lti_client_id],
+                        "authorize_url": room.lti_authorize_url,
+                        "jwks_endpoint": room.lti_jwks_url,
+                        "username_key": room.lti_username_key}
+    return out
+
+
 # ------------------------------------------------------------------ running
-def write_settings(room: Classroom) -> Path:
+def write_settings(room: Classroom, endpoints: dict | None = None) -> Path:
     path = room.state / "settings.json"
-    write_private(path, json.dumps({
+    write_private(path, json.dumps({**auth_settings(room, endpoints),
         "state": str(room.state), "port": room.port, "hub_port": free_port(),
         "proxy_api_port": free_port(), "proxy": str(PROXY), "venv": str(room.venv),
         "password_hashes": str(room.password_hashes), "users": room.users,
@@ -944,9 +1165,11 @@ def leftovers(room: Classroom) -> list[tuple[int, str]]:
     return out
 
 
-def stop(proc: subprocess.Popen, room: Classroom, log=print) -> list[tuple[int, str]]:
-    """Stop the hub (it stops the servers and the proxy); return what had to be killed."""
-    if proc.poll() is None:
+def stop(proc: subprocess.Popen | None, room: Classroom,
+         log=print) -> list[tuple[int, str]]:
+    """Stop the hub (it stops the servers and the proxy) and the local OpenID Connect
+    provider; return what had to be killed."""
+    if proc is not None and proc.poll() is None:
         proc.send_signal(signal.SIGTERM)  # JupyterHub's clean shutdown
         try:
             proc.wait(timeout=60)
@@ -954,6 +1177,13 @@ def stop(proc: subprocess.Popen, room: Classroom, log=print) -> list[tuple[int, 
             log("JupyterHub did not stop within 60 s: killing it")
             proc.kill()
             proc.wait(timeout=10)
+    if room.provider is not None and room.provider.poll() is None:
+        room.provider.terminate()
+        try:
+            room.provider.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            room.provider.kill()
+            room.provider.wait(timeout=10)
     deadline = time.monotonic() + 15
     left = leftovers(room)
     while left and time.monotonic() < deadline:  # servers may take a moment to exit
@@ -968,8 +1198,19 @@ def stop(proc: subprocess.Popen, room: Classroom, log=print) -> list[tuple[int, 
 
 
 def start(room: Classroom, log=print) -> subprocess.Popen:
-    """Start JupyterHub for a set-up class; return its process once it answers."""
-    settings = write_settings(room)
+    """Start JupyterHub for a set-up class (and the local OpenID Connect provider first);
+    return its process once it answers."""
+    endpoints = None
+    if room.auth == "oidc":
+        if room.local_provider:
+            room.oidc_client_secret_file = room.oidc_dir / "client-secret"
+            room.provider = start_oidc_provider(room)
+        try:
+            endpoints = discover_oidc(room)
+        except BaseException:
+            stop(None, room, log)
+            raise
+    settings = write_settings(room, endpoints)
     env = {**os.environ, "ATTENTION_HUB_SETTINGS": str(settings)}
     logf = open(room.state / "jupyterhub.log", "a")
     proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f",
@@ -1037,6 +1278,14 @@ def banner(room: Classroom, new: dict[str, str], links: dict[str, str] | None = 
     if room.ssl_cert:
         lines.append(f"  TLS: {room.ssl_cert}; listening on {room.ip}:{room.port}")
     lines.append(f"  idle servers are stopped after {room.idle_timeout} s (files are kept)")
+    if room.auth == "oidc":
+        lines.append(f"  login: OpenID Connect, {room.issuer} ({room.oidc_username_claim} = "
+                     "the class list's id)" + (
+                         f"; this machine's provider, its log {room.state / 'oidc-provider.log'}"
+                         if room.local_provider else ""))
+    elif room.auth == "lti13":
+        lines.append(f"  login: LTI 1.3 launches from {room.lti_issuer} (the tool's "
+                     f"configuration: {room.url}/hub/lti13/config)")
     if links:
         lines.append("First-login links (each works once: the student chooses a password "
                      f"with it; also in {room.first_login_links}, mode 0600, for mailing):")
@@ -1045,10 +1294,11 @@ def banner(room: Classroom, new: dict[str, str], links: dict[str, str] | None = 
         lines.append(f"First-login links: none new (handed out before: {room.first_login_links}"
                      "; a new one for a student: `python -m hub.classroom new-link ID`)")
     if new:
-        lines.append("New passwords (shown only this once; kept in "
+        where = "this machine's OpenID Connect provider; " if room.local_provider else ""
+        lines.append(f"New passwords ({where}shown only this once; kept in "
                      f"{room.passwords}, mode 0600):")
         lines += [f"  {u:<22} {p}" for u, p in sorted(new.items())]
-    else:
+    elif room.auth == "password" or room.local_provider:
         lines.append(f"Passwords: unchanged, in {room.passwords} (mode 0600, root only).")
     lines.append(f"Exchange: {room.exchange}   Hub log: {room.state / 'jupyterhub.log'}")
     lines.append("Ctrl-C stops the hub, every server and the proxy.")
@@ -1090,6 +1340,28 @@ def main(argv=None) -> int:
     p.add_argument("--idle-timeout", type=int, default=3600,
                    help="seconds after which an idle server is stopped (files are kept)")
     p.add_argument("--exchange", default="fs", help="nbgrader's exchange: fs or ngshare")
+    p.add_argument("--auth", default="password", choices=AUTH_KINDS,
+                   help="how people log in: the hub's password form, an OpenID Connect "
+                        "provider, or LTI 1.3 launches from an LMS")
+    p.add_argument("--oidc-issuer", default=None,
+                   help="the OpenID Connect provider's issuer URL (default: this machine's "
+                        "provider, hub/oidc-provider.mjs, on 127.0.0.1)")
+    p.add_argument("--oidc-port", type=int, default=0,
+                   help="the port of this machine's provider (default: PORT + 1)")
+    p.add_argument("--oidc-client-id", default="attention-hub")
+    p.add_argument("--oidc-client-secret-file", default=None)
+    p.add_argument("--oidc-username-claim", default="preferred_username",
+                   help="the userinfo claim whose value is the class list's id")
+    p.add_argument("--instructor-login", default=None,
+                   help="the instructor's user name at the provider or the LMS (default: "
+                        "the hub's, PREFIXinstructor)")
+    p.add_argument("--lti-issuer", default="")
+    p.add_argument("--lti-client-id", default="")
+    p.add_argument("--lti-authorize-url", default="")
+    p.add_argument("--lti-jwks-url", default="")
+    p.add_argument("--lti-username-key", default="custom_id",
+                   help="the launch's claim holding the class list's id (custom_X: the "
+                        "custom parameter X)")
     a = p.parse_args(argv)
     try:
         if a.idle_timeout < 10:
@@ -1099,7 +1371,14 @@ def main(argv=None) -> int:
                          json.loads(a.lab_settings) if a.lab_settings else {},
                          ip=a.ip, ssl_cert=a.ssl_cert, ssl_key=a.ssl_key,
                          allow_http=a.allow_http, public_url=a.public_url,
-                         idle_timeout=a.idle_timeout, exchange_kind=a.exchange)
+                         idle_timeout=a.idle_timeout, exchange_kind=a.exchange,
+                         auth=a.auth, oidc_issuer=a.oidc_issuer, oidc_port=a.oidc_port,
+                         oidc_client_id=a.oidc_client_id,
+                         oidc_client_secret_file=a.oidc_client_secret_file,
+                         oidc_username_claim=a.oidc_username_claim,
+                         instructor_login=a.instructor_login, lti_issuer=a.lti_issuer,
+                         lti_client_id=a.lti_client_id, lti_authorize_url=a.lti_authorize_url,
+                         lti_jwks_url=a.lti_jwks_url, lti_username_key=a.lti_username_key)
         if a.class_list:
             room.roster = parse_class_list(Path(a.class_list), room.instructor)
         else:
@@ -1137,6 +1416,9 @@ def main(argv=None) -> int:
 
 
 def _new_link(room: Classroom, ids: list[str]) -> int:
+    if room.auth != "password":
+        raise HubError(f"AUTH={room.auth}: there are no first-login links; the identity "
+                       "provider (or the LMS) holds the students' passwords")
     if room.roster is None:
         raise HubError(f"no class list in {room.state}: expected a class set up with "
                        "`make hub CLASS_LIST=students.csv`")

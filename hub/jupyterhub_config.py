@@ -13,7 +13,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from hub.parts import CourseSpawner, PasswordFileAuthenticator  # noqa: E402
+from hub.parts import (  # noqa: E402
+    CourseLTI13Authenticator,
+    CourseOAuthenticator,
+    CourseSpawner,
+    PasswordFileAuthenticator,
+)
 
 s = json.loads(Path(os.environ["ATTENTION_HUB_SETTINGS"]).read_text())
 state = Path(s["state"])
@@ -37,12 +42,48 @@ c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
 c.JupyterHub.pid_file = str(state / "jupyterhub.pid")
 
-c.JupyterHub.authenticator_class = PasswordFileAuthenticator
-c.PasswordFileAuthenticator.password_file = s["password_hashes"]
-c.PasswordFileAuthenticator.first_login_file = s["first_logins"]
-c.PasswordFileAuthenticator.min_password = s["min_password"]
+if s["auth"] == "oidc":
+    # An OpenID Connect provider (make hub AUTH=oidc): its endpoints from its discovery
+    # document (hub/classroom.py, discover_oidc), the authorization code flow with PKCE
+    # (S256) and the client secret (HTTP basic at the token endpoint), the user name from
+    # the userinfo claim that holds the class list's id.
+    o = s["oidc"]
+    c.JupyterHub.authenticator_class = CourseOAuthenticator
+    c.CourseOAuthenticator.authorize_url = o["authorize_url"]
+    c.CourseOAuthenticator.token_url = o["token_url"]
+    c.CourseOAuthenticator.userdata_url = o["userdata_url"]
+    c.CourseOAuthenticator.client_id = o["client_id"]
+    c.CourseOAuthenticator.client_secret = o["client_secret"]
+    c.CourseOAuthenticator.oauth_callback_url = f"{s['url']}/hub/oauth_callback"
+    c.CourseOAuthenticator.scope = o["scope"]
+    c.CourseOAuthenticator.username_claim = o["username_claim"]
+    c.CourseOAuthenticator.enable_pkce = True
+    c.CourseOAuthenticator.basic_auth = True
+    c.CourseOAuthenticator.login_service = o["login_service"]
+    c.CourseOAuthenticator.aliases = s["login_aliases"]
+elif s["auth"] == "lti13":
+    # LTI 1.3 launches from an LMS (make hub AUTH=lti13): the platform's issuer, the
+    # hub's client id there, its authorization and JWKS endpoints; the class list's id
+    # from a custom parameter of the launch (custom_id: `id=$User.username` in the LMS).
+    lti = s["lti13"]
+    c.JupyterHub.authenticator_class = CourseLTI13Authenticator
+    c.CourseLTI13Authenticator.issuer = lti["issuer"]
+    c.CourseLTI13Authenticator.client_id = set(lti["client_id"])
+    c.CourseLTI13Authenticator.authorize_url = lti["authorize_url"]
+    c.CourseLTI13Authenticator.jwks_endpoint = lti["jwks_endpoint"]
+    c.CourseLTI13Authenticator.username_key = lti["username_key"]
+    c.CourseLTI13Authenticator.tool_name = "Attention, hands on"
+    c.CourseLTI13Authenticator.tool_description = "The attention course's JupyterHub"
+    c.CourseLTI13Authenticator.aliases = s["login_aliases"]
+else:
+    c.JupyterHub.authenticator_class = PasswordFileAuthenticator
+    c.PasswordFileAuthenticator.password_file = s["password_hashes"]
+    c.PasswordFileAuthenticator.first_login_file = s["first_logins"]
+    c.PasswordFileAuthenticator.min_password = s["min_password"]
 # The first-login page (hub/templates/first-login.html) extends JupyterHub's page.html.
 c.JupyterHub.template_paths = [str(ROOT / "hub" / "templates")]
+# Only the class: the instructor and the class list's ids, whatever else the provider or
+# the LMS knows (those are refused with 403).
 c.Authenticator.allowed_users = set(s["users"])
 c.Authenticator.admin_users = set()  # nobody may open another person's server
 

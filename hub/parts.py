@@ -3,8 +3,9 @@ first-login page where a student of the class list chooses their password, and a
 process spawner that starts the instructor's server in the course directory.
 
 Each is a small subclass of JupyterHub's own classes; hub/jupyterhub_config.py wires
-them in. A real deployment swaps the authenticator for PAM, OAuth or LTI (README,
-"Running a real class") and keeps everything else.
+them in. `make hub AUTH=oidc` and `AUTH=lti13` swap the login for an OpenID Connect
+provider's (oauthenticator) or an LMS's LTI 1.3 launches (jupyterhub-ltiauthenticator),
+with the small subclasses below, and keep everything else.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from jupyterhub._xsrf_utils import _set_xsrf_cookie
 from jupyterhub.auth import Authenticator
 from jupyterhub.handlers.login import LoginHandler
 from jupyterhub.spawner import LocalProcessSpawner, set_user_setuid
+from ltiauthenticator.lti13.auth import LTI13Authenticator
+from oauthenticator.generic import GenericOAuthenticator
 from traitlets import Dict, Integer, Unicode
 
 from hub.credentials import (
@@ -139,6 +142,33 @@ class FirstLoginHandler(LoginHandler):
                                     "let you in: ask your instructor.", 403, form=False)
         self._jupyterhub_user = user
         self.redirect(self.get_next_url(user))
+
+
+class CourseOAuthenticator(GenericOAuthenticator):
+    """oauthenticator's GenericOAuthenticator (an OpenID Connect provider's code flow with
+    PKCE and the client secret; the user name from a userinfo claim) whose names may be
+    mapped: the instructor's login at the provider to the hub's instructor. Who may log
+    in stays JupyterHub's ``allowed_users`` (the class list): anyone else the provider
+    knows is refused (403)."""
+
+    aliases = Dict(Unicode(), config=True,
+                   help="the provider's user name -> the hub's (the instructor's)")
+
+    def user_info_to_username(self, user_info):
+        name = super().user_info_to_username(user_info)
+        return self.aliases.get(name, name)
+
+
+class CourseLTI13Authenticator(LTI13Authenticator):
+    """jupyterhub-ltiauthenticator's LTI 1.3 tool with the same mapping of the
+    instructor's login; the class list's ``allowed_users`` decides who is let in."""
+
+    aliases = Dict(Unicode(), config=True,
+                   help="the LMS's user name -> the hub's (the instructor's)")
+
+    def get_username(self, token):
+        name = super().get_username(token)
+        return self.aliases.get(name, name)
 
 
 class CourseSpawner(LocalProcessSpawner):

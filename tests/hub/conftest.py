@@ -33,7 +33,10 @@ from hub import classroom
 from tests.browser.conftest import CHROMIUM, FLAGS
 
 ROOT = Path(__file__).resolve().parents[2]
-PREFIX = "atttest-"  # never the users of a running `make hub` ("att-")
+#: HUB_TEST_TAG=x: users "attxtest-"... instead of "atttest-"..., so that two runs of the
+#: hub tests on one machine (two worktrees) never share a user.
+TAG = os.environ.get("HUB_TEST_TAG", "")
+PREFIX = f"att{TAG}test-"  # never the users of a running `make hub` ("att-")
 #: What the tests need in JupyterLab: every cell rendered (Playwright finds them by index).
 TEST_LAB_SETTINGS = {"notebook-extension/tracker": {"windowingMode": "none"}}
 #: The class list of the tests' hub: its ids carry PREFIX, so they are cleaned up with it.
@@ -94,8 +97,8 @@ def skip_reason() -> str | None:
 def pytest_collection_modifyitems(config, items):
     reason = skip_reason()
     if reason:
-        for item in items:
-            if "tests/hub/" in item.nodeid:
+        for item in items:  # test_k8s (no hub marker) needs none of it
+            if "tests/hub/" in item.nodeid and item.get_closest_marker("hub"):
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 

@@ -27,11 +27,13 @@ import pytest
 from playwright.sync_api import expect
 
 from hub import classroom
-from tests.hub.conftest import first_login_links, start_launcher, stop_and_clean
+from tests.hub.conftest import TAG, first_login_links, start_launcher, stop_and_clean
 
 pytestmark = [pytest.mark.hub, pytest.mark.slow]
-PREFIX = "attidle-"
+PREFIX = f"att{TAG}idle-"
 STUDENT = f"{PREFIX}cy"
+#: The student who keeps working: their server must outlive the timeout.
+ACTIVE = f"{PREFIX}dee"
 TIMEOUT = 10
 NEWS = "Would you like to get notified about official Jupyter news?"
 ASK_NEWS = {"apputils-extension/notification": {"fetchNews": "none"}}
@@ -42,7 +44,8 @@ def idle_room(room):
     main, _ = room
     base = Path(tempfile.mkdtemp(prefix="attention-hub-idle-"))
     os.chmod(base, 0o755)
-    (base / "students.csv").write_text(f"id,name,email\n{STUDENT},Cy Young,cy@example.org\n")
+    (base / "students.csv").write_text(f"id,name,email\n{STUDENT},Cy Young,cy@example.org\n"
+                                       f"{ACTIVE},Dee Active,dee@example.org\n")
     small = classroom.Classroom(base=base, port=classroom.free_port(), prefix=PREFIX,
                                 home_base=base / "home", release=False, venv=main.venv,
                                 idle_timeout=TIMEOUT)
@@ -166,10 +169,81 @@ def test_a_new_link_replaces_a_forgotten_password(idle_room, browser):
         assert (idle_room.home(STUDENT) / "notes.txt").exists()
     finally:
         context.close()
-    res = subprocess.run([sys.executable, "-m", "hub.classroom", "new-link", "attidle-nobody",
+    res = subprocess.run([sys.executable, "-m", "hub.classroom", "new-link", f"{PREFIX}nobody",
                           "--base", str(idle_room.base), "--prefix", PREFIX,
                           "--home-base", str(idle_room.home_base)],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
-    assert (f"not a student of the class list: attidle-nobody (expected one of {STUDENT})"
-            in res.stderr)
+    assert (f"not a student of the class list: {PREFIX}nobody (expected one of {STUDENT}, "
+            f"{ACTIVE})" in res.stderr)
+
+
+def test_a_student_running_cells_is_not_culled_while_an_idle_one_is(idle_room, browser, shots):
+    """ACTIVE runs a cell every 2 s for 4 timeouts: their server stays (the same process),
+    while STUDENT's server, left idle by the test before (its new link started it again),
+    is culled in the same time. The activity the culler sees is the hub's: the server
+    reports its kernels' activity every JUPYTERHUB_ACTIVITY_INTERVAL (5 s here), the
+    proxy its traffic."""
+    from tests.hub.lab import NOTEBOOK, record, rss_mb
+
+    log_file = idle_room.state / "jupyterhub.log"
+    culled_before = log_file.read_text().count(f"Culling server {STUDENT}")
+    assert student_pids(STUDENT), "expected the idle student's server to be running"
+    links = first_login_links((idle_room.base / "launcher.log").read_text())
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    url = f"{idle_room.url}/user/{ACTIVE}"
+    try:
+        page.goto(links[ACTIVE])
+        page.fill("#password_input", "dee-chooses-this")
+        page.fill("#repeat_input", "dee-chooses-this")
+        page.click("#first_login_submit")
+        page.wait_for_selector(".lm-MenuBar-itemLabel >> text=Nbgrader", timeout=240_000)
+        server = server_pid(ACTIVE)
+        xsrf = [c["value"] for c in context.cookies() if c["name"] == "_xsrf"]
+        nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": "work",
+                         "metadata": {}, "outputs": [],
+                         "source": "n = globals().get('n', 0) + 1\nprint('run', n)"}],
+              "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                          "language": "python"}},
+              "nbformat": 4, "nbformat_minor": 5}
+        answer = page.request.put(f"{url}/api/contents/work.ipynb",
+                                  headers={"X-XSRFToken": xsrf[0]} if xsrf else {},
+                                  data=json.dumps({"type": "notebook", "content": nb}))
+        assert answer.ok, answer.text()
+        page.goto(f"{url}/lab/tree/work.ipynb")
+        expect(page.get_by_text("Python 3 (ipykernel) | Idle")).to_be_visible()
+        page.locator(f"{NOTEBOOK} .jp-Cell .cm-content").first.click()
+        t0, runs = time.monotonic(), 0
+        while time.monotonic() - t0 < 4 * TIMEOUT:
+            page.keyboard.press("Control+Enter")  # run the cell, stay in it
+            runs += 1
+            time.sleep(2)
+        output = page.locator(f"{NOTEBOOK} .jp-OutputArea-output").first
+        expect(output).to_have_text(f"run {runs}")  # every run reached the kernel
+        worked = time.monotonic() - t0
+        record(shots, active_student_server_mb=round(rss_mb(ACTIVE)))
+        assert server_pid(ACTIVE) == server, "the active student's server was restarted"
+        log = log_file.read_text()
+        assert f"Culling server {ACTIVE}" not in log, log[-3000:]
+        # ... while the idle one was culled in the same time (or is, within a minute).
+        deadline = time.monotonic() + 60
+        while student_pids(STUDENT) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert not student_pids(STUDENT), "the idle server was not culled"
+        assert log_file.read_text().count(f"Culling server {STUDENT}") == culled_before + 1
+        assert worked >= 4 * TIMEOUT
+    finally:
+        context.close()
+
+
+def server_pid(name: str) -> int:
+    """The pid of ``name``'s jupyterhub-singleuser process."""
+    for pid in student_pids(name):
+        try:
+            if b"jupyterhub-singleuser" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+        except OSError:
+            continue
+    raise AssertionError(f"no server of {name} is running")

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from hub import classroom
-from tests.hub.conftest import first_login_links, start_launcher, stop_and_clean
+from tests.hub.conftest import TAG, first_login_links, start_launcher, stop_and_clean
 
 pytestmark = [pytest.mark.hub, pytest.mark.slow]
-PREFIX = "attng-"
+PREFIX = f"att{TAG}ng-"
 STUDENT = f"{PREFIX}di"
 MENU = ".lm-MenuBar-itemLabel"
 

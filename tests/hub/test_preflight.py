@@ -212,3 +212,47 @@ def test_make_hub_passes_the_class_list_and_tls_settings(tmp_path):
     assert status == 2 and "expected ID=<student id from the class list>" in out, out
     status, out = make("-n", "hub-link", "ID=s1234")
     assert status == 0 and "-m hub.classroom new-link s1234 --base /srv/attention-hub" in out
+
+
+def test_login_settings_are_checked_before_anything_is_made(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret\n")
+    silent = classroom.free_port()  # nothing listens there
+    cases = [
+        (["--auth", "oidc", "--ip", "0.0.0.0", "--allow-http"],
+         "AUTH=oidc without OIDC_ISSUER runs this machine's provider, for trying the login "
+         "out on 127.0.0.1 only, but HUB_IP is 0.0.0.0"),
+        (["--auth", "oidc", "--oidc-issuer", "http://idp.example.org"],
+         "OIDC_ISSUER 'http://idp.example.org': expected an https:// URL"),
+        (["--auth", "oidc", "--oidc-issuer", "https://idp.example.org"],
+         "OIDC_CLIENT_SECRET_FILE None: expected a file holding the client secret"),
+        (["--auth", "oidc", "--oidc-issuer", f"http://127.0.0.1:{silent}",
+          "--oidc-client-secret-file", str(secret)],
+         f"no OpenID Connect discovery document at http://127.0.0.1:{silent}/.well-known/"
+         "openid-configuration"),
+        (["--auth", "lti13", "--lti-issuer", "https://lms.example.org"],
+         "AUTH=lti13 needs LTI_CLIENT_ID, LTI_AUTHORIZE_URL, LTI_JWKS_URL"),
+    ]
+    for args, message in cases:
+        status, err = launch(tmp_path, args=args)
+        assert status == 2 and message in err, (args, err)
+        nothing_made(tmp_path)
+
+
+def test_make_hub_passes_the_login_settings():
+    status, out = make("-n", "hub", "AUTH=oidc", "OIDC_ISSUER=https://idp.example.org/r",
+                       "OIDC_CLIENT_ID=hub1", "OIDC_CLIENT_SECRET_FILE=/root/s",
+                       "OIDC_USERNAME_CLAIM=email", "OIDC_PORT=9001", "INSTRUCTOR_LOGIN=jdoe")
+    assert status == 0, out
+    for flag in ("--auth oidc", "--oidc-issuer https://idp.example.org/r",
+                 "--oidc-client-id hub1", "--oidc-client-secret-file /root/s",
+                 "--oidc-username-claim email", "--oidc-port 9001", "--instructor-login jdoe"):
+        assert flag in out, (flag, out)
+    status, out = make("-n", "hub", "AUTH=lti13", "LTI_ISSUER=https://lms", "LTI_CLIENT_ID=7",
+                       "LTI_AUTHORIZE_URL=https://lms/a", "LTI_JWKS_URL=https://lms/j",
+                       "LTI_USERNAME_KEY=custom_uid")
+    assert status == 0, out
+    for flag in ("--auth lti13", "--lti-issuer https://lms", "--lti-client-id 7",
+                 "--lti-authorize-url https://lms/a", "--lti-jwks-url https://lms/j",
+                 "--lti-username-key custom_uid"):
+        assert flag in out, (flag, out)

@@ -41,6 +41,9 @@ REPLACES = "nbgrader.server_extensions.validate_assignment"
 #: Seconds a worker may take to answer one Validate: its first answer starts a replay
 #: server (torch, the set-up: a few seconds), the replay has its own budget inside.
 ANSWER_SECONDS = 120.0
+#: A worker (and its replay server, about 300 MiB) stops after this many seconds without
+#: a Validate; the next one starts it again (a cold Validate: a few seconds).
+IDLE_SECONDS = 600
 _WORKERS: dict = {}  # course folder -> _Worker
 _LOCK = threading.Lock()
 
@@ -50,7 +53,8 @@ class _Worker:
     request at a time. It exits when this server does (its stdin closes)."""
 
     def __init__(self, folder: Path):
-        env = dict(os.environ, PYTHONPATH=str(folder), PYTHONDONTWRITEBYTECODE="1")
+        env = dict(os.environ, PYTHONPATH=str(folder), PYTHONDONTWRITEBYTECODE="1",
+                   ATTENTION_VALIDATE_IDLE=str(IDLE_SECONDS))
         self.folder, self.lock = folder, threading.Lock()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "src.validate", "serve"], cwd=folder, env=env,
@@ -174,12 +178,18 @@ class ReplayValidateHandler(ValidateAssignmentHandler):
         target = self.target(path)
         worker = worker_for(target)
         reply = None
-        if worker is not None:
+        for attempt in (0, 1) if worker is not None else ():
             try:
                 reply = await IOLoop.current().run_in_executor(None, worker.ask, target)
-            except Exception as exc:  # noqa: BLE001  (said in Validate's dialog)
-                self.finish(json.dumps({"success": False, "value": str(exc)}))
-                return
+                break
+            except Exception as exc:  # noqa: BLE001
+                if attempt == 0 and not worker.alive():  # (it stopped, idle: a new one)
+                    worker = worker_for(target)
+                    continue
+                # A folder whose checks cannot answer (another version of the course's
+                # code, a broken copy): nbgrader's kernel validates it, as before.
+                self.log.warning("attention_validate: %s; validating %s in a kernel", exc,
+                                 target.name)
         self.finish(json.dumps(self.validate_notebook(path, reply)))
 
 

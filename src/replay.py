@@ -424,7 +424,7 @@ def replay_step(lesson, step: str, source: str, setup: dict, upstream: dict | No
         data["cell.raised"] = observe._raised(observe._error_text(error), line)
         data["cell.lineno"] = np.array(lineno)
     data.update(_facts(lesson, cap, step, ns, inputs, watched, before, source,
-                       raised=error is not None))
+                       raised="" if error is None else f"{type(error).__name__}: {error}"))
     # The inputs as the cell was given them, not as it left the names: rebinding `query`
     # (or changing it in place) is this cell's doing, never an earlier cell's slip.
     given = {n for c in lesson.by_cell[step].checks for n in (*c.upstream, *c.extras)}
@@ -462,7 +462,7 @@ class _Official(dict):
         super().__init__({n: ns.get(n) for n in lesson.official})
 
 
-def _facts(lesson, cap, step, ns, inputs, watched, before, source, raised=False) -> dict:
+def _facts(lesson, cap, step, ns, inputs, watched, before, source, raised="") -> dict:
     out = {}
     try:
         mutated = [n for n, old in before.items()
@@ -478,9 +478,10 @@ def _facts(lesson, cap, step, ns, inputs, watched, before, source, raised=False)
         bound = [a for a in _assigned_names(source) if a not in lesson.official]
         for n in missing:
             close = difflib.get_close_matches(n, bound, n=1, cutoff=0.75)
-            # (or another name for it, in a cell that ran to its end: the one new name
-            # holding a tensor of its shape, weights = softmax(...) for attention_weights)
-            shaped = [] if raised else [
+            # (or another name for it, in a cell that ran to its end or stopped at an
+            # assert about this name: the one new name holding a tensor of its shape,
+            # weights = softmax(...) for attention_weights)
+            shaped = [] if raised and n not in raised else [
                 a for a in dict.fromkeys(bound) if a not in lesson.setup_names
                 and a not in lesson.shapes and cap.is_tensor(ns.get(a))
                 and tuple(ns[a].shape) == tuple(lesson.shapes.get(n, ()))]

@@ -9,10 +9,13 @@ answers each request with every check cell's verdict from ``src/road.py``: the
 points and words grading gives the same cells. Nothing is shared between users: each
 server runs its own worker, as its own user.
 
-Protocol (``python -m src.validate serve``): one JSON object a line on stdin,
-``{"id": str, "path": notebook}``; one a line on stdout, ``{"id", "lesson": name or
-null (not a lesson notebook), "cells": {check cell id: {"score", "max_score",
-"text"}}}`` or ``{"id", "error": text}``. The worker exits when stdin closes.
+Protocol (``python -m src.validate serve``, ``ATTENTION_VALIDATE_IDLE`` seconds in its
+environment): one JSON object a line on stdin, ``{"id": str, "path": notebook}``; one a
+line on stdout, ``{"id", "lesson": name or null (not a lesson notebook), "cells": {check
+cell id: {"score", "max_score", "text"}}}`` or ``{"id", "error": text}``. The worker exits
+when stdin closes, or after that many seconds without a request (its replay server holds
+about 300 MiB: a student who stopped validating gets it back; the next Validate starts a
+worker again, cold).
 
 Shape legend: not applicable (sources and verdicts; the tensors stay in the replay).
 """
@@ -121,12 +124,20 @@ def answer(warm: WarmReplay, request: dict) -> dict:
     return out
 
 
-def serve(stdin=None, stdout=None) -> None:
+def serve(stdin=None, stdout=None, idle_seconds: float | None = None) -> None:
     """The worker's loop (see the module's docstring)."""
+    import select
+
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     warm = WarmReplay()
     try:
-        for line in stdin:
+        while True:
+            if idle_seconds is not None and not select.select([stdin], [], [],
+                                                                idle_seconds)[0]:
+                return  # (idle: the server's memory goes back)
+            line = stdin.readline()
+            if not line:
+                return
             try:
                 request = json.loads(line)
             except ValueError:
@@ -143,7 +154,11 @@ def serve(stdin=None, stdout=None) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["serve"]:
-        serve()
+        import os
+
+        idle = os.environ.get("ATTENTION_VALIDATE_IDLE")
+        serve(idle_seconds=float(idle) if idle else None)
     else:
-        print("usage: python -m src.validate serve", file=sys.stderr)
+        print("usage: [ATTENTION_VALIDATE_IDLE=seconds] python -m src.validate serve",
+              file=sys.stderr)
         sys.exit(2)

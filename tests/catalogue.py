@@ -329,6 +329,9 @@ def inject(mistake_id, step, data):
     elif m.kind == "bad_type":
         _drop(data, prefix)
         _info(data, prefix, kind="other", type="list")
+    elif m.kind == "integer":  # the right numbers, truncated into an integer tensor
+        _set_values(data, prefix, values.astype(np.int64), dtype=np.int64)
+        _info(data, prefix, dtype="int64")
     elif m.kind == "factor":
         _set_values(data, prefix, values.astype(np.float64) * 3.0)
     elif m.kind == "permuted":

@@ -563,6 +563,8 @@ attempt("value.T", expect={"attended_values": "axes_permuted"},
         **values("attention_weights @ value.T"))
 attempt("elementwise weights times values", expect={"attended_values": "elementwise_product"},
         **values("attention_weights * value"))
+attempt("an integer result (blind set 6)", expect={"attended_values": "integer_result"},
+        **values("(attention_weights @ value).long()"))
 attempt("summed over the queries", expect={"attended_values": "extra_reduction"},
         **values("(attention_weights @ value).sum(dim=1, keepdim=True)"))
 attempt("softmax again in Cell 7", expect={"attended_values": None},

@@ -95,6 +95,8 @@ BEHAVIOUR_CODE = {
     "extra_term": {"cell7_values": "attended_values = attention_weights @ value + x"},
     "reduction_changed": {"cell7_values": "attended_values = (attention_weights[..., None] "
                           "* value[:, None]).amax(dim=2)"},
+    "distance_for_product": {"cell5_scores": "attention_scores = -torch.cdist(query, key) "
+                             "/ 8"},
     "extra_reduction": {"cell7_values": "attended_values = (attention_weights @ value)"
                         ".sum(dim=1, keepdim=True)"},
     "hard_selection": {"cell7_values": "attended_values = value[:, attention_weights[0]"

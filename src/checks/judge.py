@@ -509,7 +509,9 @@ def _contraction(lesson, check, name, arr, ctx, view):
         return None
     kind = {"reduce": "reduction_changed", "axis": "reduction_changed",
             "hard": "hard_selection", "precision": "low_precision",
-            "tied": "range_off_by_one", "distance": "reduction_changed"}[found[0][0]]
+            "tied": "index_for_another", "distance": "distance_for_product"}[found[0][0]]
+    if kind not in lesson.mistakes:  # (a lesson without words for this kind of change)
+        kind = "wrong_operand"
     if len(found) == 1:
         # (a change the lesson has words of its own for: its entry, with what was found)
         own = f.named.get(_change_key(found[0]))
@@ -850,6 +852,8 @@ def _judge_output(lesson, check, name, view, contexts, strict, inputs, cell):
         else:
             reason = f"its dtype is {view.dtype or 'unknown'}"
         f.mistake = "bad_type"
+        if view.layout == "strided" and view.dtype.startswith(("int", "uint", "bool")):
+            f.mistake = "integer_result"
         f.seen = (f"`{name}` should hold real floating-point numbers in a dense tensor, but "
                   f"{reason}.")
         return f

@@ -256,7 +256,8 @@ _WORDS = {"b": "batch", "t": "token", "d": "feature", "o": "output feature", "q"
 _PROJECTIONS = {name: Formula("btd,od->bto", ("x", f"w_{name[0]}"), _WORDS, bias=f"b_{name[0]}")
                 for name in ("query", "key", "value")}
 _SCORES = {"attention_scores": Formula("bqd,bkd->bqk", ("query", "key"), _WORDS,
-                                       scale=1 / math.sqrt(D_K))}
+                                       scale=1 / math.sqrt(D_K),
+                                       named={"tied": "diagonal_only"})}
 _VALUES = {"attended_values": Formula("bqk,bkd->bqd", ("attention_weights", "value"), _WORDS,
                                       named={"sum over q": "values_not_mixed"})}
 

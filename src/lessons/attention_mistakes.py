@@ -70,6 +70,11 @@ def _unguarded(x, dim):
     return e / _sum(e, dim)
 
 
+def _guarded(total):
+    """A sum with its zeros replaced by 1 (the guard of an all -inf row)."""
+    return np.where(total == 0, np.ones_like(total), total)
+
+
 def _other_axis(x, dim):
     """-1 unless dim already is the last axis, then -2 (for 'another axis')."""
     return -2 if dim in (-1, x.ndim - 1) else -1
@@ -201,7 +206,9 @@ _m("causal_mask", "attention_scores", "a mask in the scores",
    "remove the mask: in this lesson every token attends to all six, so no score is set to -inf",
    reproduce=_causal, shows="Q Kᵀ/√d_k with the entries above the diagonal masked")
 _m("no_scaling", "attention_scores", "the scores are not scaled by 1/√d_k",
-   "the scores equal Q Kᵀ, √d_k = 8 times too large; the softmax will be too peaked",
+   "the scores equal Q Kᵀ, √d_k = 8 times too large (no division, or a division by √1: "
+   "len() and shape[0] of a [1, 6, 64] tensor give its batch size, 1); the softmax will "
+   "be too peaked",
    "divide by math.sqrt(d_k), with d_k = key.shape[-1] = 64", factor=math.sqrt(D_K))
 _m("scaled_by_dk", "attention_scores", "the scores are divided by d_k instead of √d_k",
    "the scores equal Q Kᵀ/64, 8 times too small: divided by d_k = 64 instead of "
@@ -293,9 +300,10 @@ _m("no_max_subtraction", "softmax", "softmax without max-subtraction",
    fns=_fns(lambda x, d: np.exp(x) / _sum(np.exp(x), d)))
 _m("global_max_subtraction", "softmax", "the global maximum subtracted instead of each row's",
    "x - x.max() shifts every row by the largest entry of the whole tensor: a row far below "
-   "it underflows to exp(...) = 0 and gives 0/0 = NaN",
+   "it underflows to exp(...) = 0 and gives 0/0 = NaN (or zeros, where the sum is guarded)",
    "subtract each row's own maximum, taken along dim, not the whole tensor's",
-   fns=_fns(lambda x, d: np.exp(x - x.max()) / _sum(np.exp(x - x.max()), d)))
+   fns=_fns(lambda x, d: np.exp(x - x.max()) / _sum(np.exp(x - x.max()), d),
+            lambda x, d: np.exp(x - x.max()) / _guarded(_sum(np.exp(x - x.max()), d))))
 _m("ignores_dim", "softmax", "the softmax ignores its dim argument",
    "it normalises over a fixed axis whatever dim it is given",
    "pass the function's dim to every reduction (the maximum and the sum), not a fixed "
@@ -357,10 +365,10 @@ _m("softmax_twice", "softmax", "softmax applied twice",
    "apply the softmax once",
    fns=_fns(lambda x, d: _softmax(_softmax(x, d), d)))
 _m("fully_masked_row", "softmax", "a row that is entirely -inf does not give zeros",
-   "for a query whose keys are all masked, the max is -inf and -inf - (-inf) is NaN: "
-   "such a query attends to nothing and its weights must be zeros",
-   "where the row max is -inf subtract 0 instead (torch.where), and divide by 1 where a "
-   "row sums to 0",
+   "for a query whose keys are all masked, every exp is 0: -inf - (-inf), 0 / 0 and "
+   "log(0) give NaN or inf there. Such a query attends to nothing: its weights are zeros",
+   "guard where such a row breaks: a maximum of -inf (use 0) and a sum of 0 (use 1), or "
+   "what plays their part in your code",
    fns=_fns(_unguarded), cost=HALF)
 _m("finite_mask_value", "softmax", "an all -inf row gets equal weights instead of zeros",
    "a row that is entirely -inf (every key masked) gets the uniform weights 1/n: -inf was "
@@ -705,6 +713,11 @@ _m("extra_reduction", "any", "an axis the formula keeps was reduced",
    "where it has one per position",
    "keep one result per position along that axis: remove the sum or mean that runs over it",
    kind="behaviour", said_first=True)
+_m("distance_for_product", "any", "a distance where the formula takes dot products",
+   "the result compares the rows by their distance (cdist, or a norm of their difference) "
+   "where the formula multiplies them entry by entry and adds the products up",
+   "take the dot product of the two rows, as the formula writes it: a distance measures "
+   "something else", kind="behaviour", said_first=True)
 _m("hard_selection", "any", "a hard choice in place of the weights",
    "one operand was replaced by a hard choice (an argmax: 1 at its largest entry, 0 "
    "elsewhere), so each result takes a single row where the formula blends them all",
@@ -722,13 +735,17 @@ _m("from_wrong_function", "any", "made with your function, which is wrong",
    "fix the function first (its check names the mistake), then run this cell again",
    kind="behaviour")
 _m("range_off_by_one", "any", "a loop or an index one off",
-   "the result is the formula's, but with one slice left at 0 or left out of a sum (a "
-   "range that stops one short), shifted by one place (an index one off), adding up "
-   "the rows before it (an accumulator not reset), or keeping only the last term of a "
-   "sum (a running total overwritten instead of added to)",
+   "the result is the formula's with a slice left at 0 (a range one short), shifted by "
+   "one (an index one off), adding up the rows before it (an accumulator not reset), or "
+   "only a sum's last term (a total overwritten)",
    "check the bounds of your loops, the indices you use, and where each running total "
    "starts and how it grows: every position computed, each from its own row",
    kind="behaviour", said_first=True)
+_m("integer_result", "any", "a tensor of integers",
+   "the result's dtype is an integer one (a tensor made with dtype=int or from whole "
+   "numbers, then filled in): it cannot hold the fractions of the result",
+   "make every tensor you fill in a float one, like the tensors you start from",
+   kind="integer")
 _m("diagonal_only", "any", "only the diagonal of the result",
    "each query was paired only with its own key (an element-wise product summed, or one "
    "index where two are needed): the formula pairs every query with every key",

@@ -1,11 +1,11 @@
 """The one road to a verdict: a notebook's step-cell sources in, each check cell's result out.
 
 The live check in a student's kernel (``src/live.py``), ``python verify.py NOTEBOOK``
-(``src/checks/runner.py``), nbgrader's Validate (which runs the check cells, so the
-live check) and autograding (``src/grading.py``) all call :func:`verdicts`. They
-differ only in where the replay runs (in the student's own process, or in the
-sandboxed fork server) and in where the sources come from; what is judged, and how,
-is this module's. Lesson facts come from the spec.
+(``src/checks/runner.py``), nbgrader's Validate (``attention_validate.py`` and its warm
+worker, ``src/validate.py``) and autograding (``src/grading.py``) all call
+:func:`verdicts`. They differ only in where the replay runs (in the student's own
+process, or in a fork server, sandboxed when bubblewrap works) and in where the sources
+come from; what is judged, and how, is this module's. Lesson facts come from the spec.
 
 Shape legend: not applicable (sources and results; the tensors stay in the replay).
 """

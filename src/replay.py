@@ -175,6 +175,8 @@ def fresh_namespace(lesson, setup: dict, step: str, upstream: dict | None = None
         with torch.no_grad():
             ns["x"].copy_(torch.from_numpy(np.array(x, dtype=np.float32)))
     ref = lesson.torch_reference(ns)
+    for n in lesson.given:  # (made from this namespace's x, as the steps' tensors are)
+        ns[n] = _independent(ref[n])
     later = False
     for st in lesson.steps:
         later = later or st.cell == step
@@ -184,8 +186,9 @@ def fresh_namespace(lesson, setup: dict, step: str, upstream: dict | None = None
                 ns[n] = _as_lesson_object(upstream[n])
     # Every earlier tensor is an input: what the code depends on is read off its gradients
     # with respect to each (they are independent of one another, so each one counts alone).
-    inputs = {n: ns[n] for st in lesson.steps if st.cell != step for n in st.names
-              if not lesson.later_than(st.cell, step) and torch.is_tensor(ns[n])}
+    inputs = {n: ns[n] for n in lesson.given}
+    inputs.update({n: ns[n] for st in lesson.steps if st.cell != step for n in st.names
+                   if not lesson.later_than(st.cell, step) and torch.is_tensor(ns[n])})
     for check in lesson.by_cell[step].checks:  # a step made by the set-up's layers
         for layer in check.layers.values():
             for part in ("weight", "bias"):

@@ -34,6 +34,7 @@ from src.checks.util import (
     _num,
     _short,
     _swap,
+    masks_agree,
     output_gradient,
 )
 from src.checks.verdict import (
@@ -124,9 +125,11 @@ def _contexts(lesson, check, views):
     own, constant = dict(ref), []
     for name in names.upstream:
         arr = views[name].real
-        # A function's input may hold -inf (a masked score); nothing else may be infinite.
+        # A function's input may hold -inf (a masked score), and any input where the
+        # reference's does (the lesson's mask); nothing else may be infinite.
         unusable = arr is None or np.isnan(arr).any() or np.isposinf(arr).any() or (
-            not check.uses_function and np.isneginf(arr).any())
+            not check.uses_function and np.isneginf(arr).any()
+            and not masks_agree(arr, ref[name]))
         if unusable:
             return [reference], [f"Your `{name}` is missing or not finite, so this step was "
                                  "checked against the reference tensors instead."]
@@ -144,7 +147,8 @@ def _contexts(lesson, check, views):
     context = _Context("your own tensors", own, check)
     try:
         expected = context.expected(names.outputs[0])
-        if not np.isfinite(expected).all():
+        if not np.isfinite(expected).all() and not masks_agree(
+                expected, reference.expected(names.outputs[0])):
             raise ValueError("not finite")
     except ValueError:
         return [reference], ["Your tensors from the cells before cannot be combined (their "
@@ -183,10 +187,20 @@ def _as_factor(arr, expected):
     """The factor c when arr == c * expected (c not 1 and not 0), else None."""
     if arr.shape != expected.shape or _constant(expected):
         return None
+    arr, expected = _unmasked(arr, expected)
     c = _ratio(arr, expected)
     if not np.isfinite(c) or abs(c - 1) < 1e-3 or abs(c) < 1e-6:
         return None
     return c if _close(arr, c * expected) else None
+
+
+def _unmasked(arr, expected):
+    """``arr`` and ``expected`` with the -inf entries they share (a right mask) set to 0,
+    so that the readings of a wrong result judge the entries outside the mask only."""
+    if np.isfinite(expected).all() or not masks_agree(arr, expected):
+        return arr, expected
+    mask = np.isneginf(expected)
+    return np.where(mask, 0.0, arr), np.where(mask, 0.0, expected)
 
 
 def _shows(m, variant=0) -> str:
@@ -430,6 +444,7 @@ def _behaviour(lesson, check, name, arr, ctx, view):
              or _structural(lesson, check, name, arr, expected)) if check.reference else None
     if found:
         return found
+    arr, expected = _unmasked(arr, expected)
     same = arr.shape == expected.shape
     if same and np.isfinite(arr).all() and np.isfinite(expected).all():
         found = _rounded(name, arr, expected) or (
@@ -498,7 +513,7 @@ def _variant_verdict(lesson, name, r):
         want = lesson.chain(x)[name]
     if got is not None and want.shape[:1] == (1,) and got.shape == want.shape[1:]:
         want = want[0]  # (a lost batch axis is charged on its own, not as this)
-    scale = tol["variant_scale"] * float(np.nanmax(np.abs(want), initial=0.0))
+    scale = tol["variant_scale"] * float(np.abs(want[np.isfinite(want)]).max(initial=0.0))
     if got is not None and got.shape == want.shape and got.dtype.kind == "f" and _close(
             got.astype(np.float64), want, dict(rtol=tol["tol"]["rtol"],
                                                atol=max(tol["tol"]["atol"], scale))):
@@ -646,7 +661,8 @@ def _judge_output(lesson, check, name, view, contexts, strict, inputs, cell):
         f.seen = (f"`{name}` should hold real floating-point numbers in a dense tensor, but "
                   f"{reason}.")
         return f
-    if not np.isfinite(arr).all():
+    if not np.isfinite(arr).all() and not any(masks_agree(arr, c.expected(name))
+                                              for c in contexts):
         f.mistake, f.seen = _match_masked(lesson, check, name, arr, contexts)
         if f.mistake is None:
             f.mistake = "nan_or_inf"
@@ -676,7 +692,9 @@ def _judge_output(lesson, check, name, view, contexts, strict, inputs, cell):
                      "and which axis "
                      "you transpose or reduce.")
         return f
-    err = np.abs(arr - expected)
+    arr, expected = _unmasked(arr, expected)
+    with np.errstate(all="ignore"):
+        err = np.nan_to_num(np.abs(arr - expected), nan=np.inf)
     i = np.unravel_index(int(err.argmax()), err.shape)
     f.message = (f"`{name}` has the right shape but wrong values. Next step: compare your "
                  "code with the formula above, line by line, and open the hint.\n"

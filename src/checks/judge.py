@@ -730,7 +730,8 @@ def _right(lesson, check, f, name, view, arr, exact, lost, tol, inputs, strict, 
                 f"gradient raised {_short(view.grad_error, 160)}")
     elif check.vjp is not None and view.kind == "tensor" and cell.replayed and not lost \
             and not cell.mutated and not cell.own:  # (own inputs may not require grad)
-        wrong = _input_gradients(check, view, inp, arr)
+        # (with the output's name: a check of several outputs has a gradient for each)
+        wrong = _input_gradients(check, view, dict(inp, name=name), arr)
         if wrong and dtype_slip and not view.requires_grad:
             # both at once: one cause, numbers computed outside torch and brought back
             f.costs.remove(dtype_slip)

@@ -597,11 +597,13 @@ def _match_masked(lesson, check, name, arr, contexts):
         if m.reproduce is None:
             continue
         for ctx in contexts:
-            for variant in ctx.variants(m, name):
+            for i, variant in enumerate(ctx.variants(m, name)):
                 if _close_masked(arr, variant):
-                    masked = int(np.isneginf(arr).sum())
-                    return m.id, (f"`{name}` holds -inf at {masked} of its {arr.size} "
-                                  f"entries; it equals {_shows(m)}.")
+                    masked, nan = int(np.isneginf(arr).sum()), int(np.isnan(arr).sum())
+                    holds = " and ".join(f"{what} at {n}" for what, n in (
+                        ("-inf", masked), ("NaN", nan)) if n)
+                    return m.id, (f"`{name}` holds {holds} of its {arr.size} "
+                                  f"entries; it equals {_shows(m, i)}.")
     return None, ""
 
 

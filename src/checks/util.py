@@ -92,7 +92,8 @@ def _close(a, b, tol=None):
     if a is None or b is None or a.shape != b.shape:
         return False
     with np.errstate(all="ignore"):
-        near = np.abs(a - b) <= tol["atol"] + tol["rtol"] * np.abs(b)
+        # (finite b only: rtol * |inf| would call any number close to an infinity)
+        near = (np.abs(a - b) <= tol["atol"] + tol["rtol"] * np.abs(b)) & np.isfinite(b)
         return bool((near | (np.isinf(a) & (a == b))).all())
 
 
@@ -130,11 +131,13 @@ def tie_group_sums(a, scores, tie_tol):
 
 
 def _close_masked(a, b, tol=None):
-    """Like :func:`_close`, but -inf entries match where both arrays hold -inf."""
+    """Like :func:`_close`, but -inf entries match where both arrays hold -inf, and NaN
+    where both hold NaN (what torch's softmax gives a slice that is all -inf)."""
     if a is None or b is None or a.shape != b.shape:
         return False
-    mask = np.isneginf(a)
-    if not np.array_equal(mask, np.isneginf(b)) or not np.isfinite(a[~mask]).all():
+    mask = np.isneginf(a) | np.isnan(a)
+    if not (np.array_equal(np.isneginf(a), np.isneginf(b))
+            and np.array_equal(np.isnan(a), np.isnan(b))) or not np.isfinite(a[~mask]).all():
         return False
     return _close(a[~mask], b[~mask], tol)
 

@@ -167,7 +167,8 @@ def fresh_namespace(lesson, setup: dict, step: str, upstream: dict | None = None
 
     memo = {id(v): v for v in setup.values() if _shared(v) and not isinstance(
         v, torch.nn.Module)}
-    data = {k: v for k, v in setup.items() if k != "__builtins__"}
+    # (the given tensors are made again below: non-leaf tensors cannot be deep-copied)
+    data = {k: v for k, v in setup.items() if k != "__builtins__" and k not in lesson.given}
     ns = copy.deepcopy(data, memo)
     ns["__builtins__"] = setup.get("__builtins__", __builtins__)
     ns["display"] = _no_display  # in a live kernel, a replay shows nothing
@@ -477,7 +478,9 @@ def _facts(lesson, cap, step, ns, inputs, watched, before, source) -> dict:
             out["replay.discarded"] = np.array(discarded, dtype=str)
         names = lesson.by_cell[step].names
         missing = [n for n in names if ns.get(n) is None]
-        bound = [a for a in _assigned_names(source) if a not in lesson.official]
+        # (only names the run bound: a line that raised before its assignment misspelled
+        # nothing)
+        bound = [a for a in _assigned_names(source) if a not in lesson.official and a in ns]
         for n in missing:
             close = difflib.get_close_matches(n, bound, n=1, cutoff=0.75)
             if close:

@@ -298,7 +298,10 @@ def drawable(values, labels=None):
         return None
     try:
         arr = np.asarray(values, dtype=np.float64)
-        mat = _to_matrix(arr, ndim=3 if arr.ndim == 4 else 2)
+        # ([1, L, S] is one matrix; [H, L, S] with H > 1, as the feedback stores it, and
+        # [1, H, L, S] are heads)
+        heads = arr.ndim == 4 or arr.ndim == 3 and arr.shape[0] > 1
+        mat = _to_matrix(arr, ndim=3 if heads else 2)
     except (ValueError, TypeError):
         return None
     if mat.ndim == 3 and not 1 < mat.shape[0] <= 16:

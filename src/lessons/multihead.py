@@ -168,8 +168,9 @@ def _weights_vjp(inp, g, out):
 
 
 def _outputs_vjp(inp, g, out):
-    return {"head_weights": g @ _swap(inp["v_heads"]),
-            "v_heads": _swap(inp["head_weights"]) @ g}
+    """Only v_heads: head_weights is made in the same cell, and whether it comes from
+    head_scores is its own check's to judge (charged once, there)."""
+    return {"v_heads": _swap(inp["head_weights"]) @ g}
 
 
 def _output_vjp(inp, g, out):
@@ -201,8 +202,9 @@ STEPS = (
                        vjp=_scores_vjp,
                        doc="Cell 5: head_scores == q_heads @ k_headsᵀ / √d_k (d_k = 8), -inf "
                            "where causal_mask is False: [1, 8, 6, 8] x2 -> [1, 8, 6, 6]."),)),
+    # (no second run, as lesson 1's Cell 6: head_outputs is made from this cell's own
+    # weights, and the second run compares with the formula on the lesson's)
     Step("mh_cell6_weights", "mh_cell6_weights_test", 6, inputs=("head_scores", "v_heads"),
-         variant=True,
          call="check_head_weights(head_scores, head_weights), "
               "check_head_outputs(head_weights, v_heads, head_outputs)",
          figures=(Figure("head_weights", "head_weights", "Your head_weights (Cell 6)",

@@ -56,6 +56,13 @@ def masked(s, keep=CAUSAL, fill=-np.inf):
 SOURCE_OF = {"q_heads": "query", "k_heads": "key", "v_heads": "value"}
 
 
+def _torch_softmax(x, axis):
+    """torch.softmax's result: NaN for a slice that is all -inf (the set-up's gives 0)."""
+    with np.errstate(all="ignore"):
+        e = np.exp(x - x.max(axis=axis, keepdims=True))
+        return e / e.sum(axis=axis, keepdims=True)
+
+
 def _raw(inp):
     return inp["q_heads"] @ _swap(inp["k_heads"])
 
@@ -161,9 +168,11 @@ _m("head_softmax_wrong_axis", "head_weights", "the softmax runs over the wrong a
    "each query's weights over the keys must sum to 1: the softmax runs over the last "
    "axis (the keys)",
    "apply softmax(head_scores, dim=-1)",
-   reproduce=lambda inp: [_softmax(inp["head_scores"], a) for a in (-2, 1, 0)],
-   shows=("the softmax over the queries (dim=-2)", "the softmax over the heads (dim=1)",
-          "the softmax over the batch (dim=0)"))
+   reproduce=lambda inp: [f(inp["head_scores"], a) for a in (-2, 1, 0)
+                          for f in (_softmax, _torch_softmax)],
+   shows=tuple(s for s in ("the softmax over the queries (dim=-2)",
+                           "the softmax over the heads (dim=1)",
+                           "the softmax over the batch (dim=0)") for _ in (0, 1)))
 _m("head_softmax_missing", "head_weights", "the softmax was not applied",
    "head_weights holds the scores themselves, -inf included",
    "apply the set-up's softmax to head_scores along the keys (dim=-1)",

@@ -869,7 +869,31 @@ def judge(grade_id: str, data: Mapping, *, strict: bool = False,
             user.notes.insert(0, f"Your `{check.uses_function}` function is wrong too (its "
                               f"check above): `{check.outputs[0]}` comes from it, so fix the "
                               "function first, then run this cell again.")
+    _from_wrong_input(lesson, step, results)
     return Summary(list(results.values()))
+
+
+def _from_wrong_input(lesson, step, results):
+    """A result made in its cell from another output of the same cell that is wrong: said
+    so, when the lesson has words for it (``from_wrong_input``) and the result is wrong in
+    a way the other explains (NaN, or a behaviour read off its values); the other output
+    is charged in its own check."""
+    m = lesson.mistakes.get("from_wrong_input")
+    for check in step.checks if m is not None else ():
+        user = results.get(check.name)
+        if user is None or user.passed:
+            continue
+        wrong = [(n, results[c.name]) for c in step.checks if c is not check
+                 and c.name in results and results[c.name].score == 0
+                 for n in c.outputs if n in check.upstream]
+        own = lesson.mistakes.get(user.mistake)
+        if wrong and (own is None or own.kind in ("behaviour", "nan")):
+            n, other = wrong[0]
+            user.mistake, user.mistake_title = m.id, m.title
+            user.message = _mistake_text(m, f"`{check.outputs[0]}` is made in this cell from "
+                                            f"your `{n}`, which is wrong ("
+                                            f"{other.mistake_title or 'see its check'}).",
+                                         check.name)
 
 
 def judge_replay(grade_id: str, data: Mapping, own: Mapping | None = None, *,

@@ -189,10 +189,11 @@ head_weights = softmax(head_scores, dim=-2)
 head_outputs = head_weights @ v_heads""")
 # (torch.softmax gives NaN where every head's score is -inf: head_outputs is NaN too)
 attempt("softmax over the heads", {"head_weights": "head_softmax_wrong_axis",
-                                   "head_outputs": None}, weights="""\
+                                   "head_outputs": "from_wrong_input"}, weights="""\
 head_weights = torch.softmax(head_scores, dim=1)
 head_outputs = head_weights @ v_heads""")
-attempt("no softmax", {"head_weights": "head_softmax_missing", "head_outputs": None},
+attempt("no softmax", {"head_weights": "head_softmax_missing",
+                       "head_outputs": "from_wrong_input"},
         weights="""\
 head_weights = head_scores
 head_outputs = head_weights @ v_heads""")

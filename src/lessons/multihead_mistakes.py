@@ -199,6 +199,11 @@ _m("head_outputs_not_weighted", "head_outputs", "the values were not weighted",
    "multiply: head_weights @ v_heads",
    reproduce=lambda inp: inp["v_heads"], shows="v_heads unchanged")
 
+_m("from_wrong_input", "head_outputs", "made from weights that are wrong",
+   "head_outputs comes from head_weights, made in the same cell, and those are wrong (their "
+   "check, just above, names the mistake): the product cannot be right on them",
+   "fix head_weights first, then run the cell again", kind="behaviour")
+
 # Cell 7: merge the heads and apply W_o.
 _m("merge_without_transpose", "multihead_output", "the heads were merged without moving them back",
    "a reshape of [1, 8, 6, 8] straight to [1, 6, 64] keeps the memory order (head, "

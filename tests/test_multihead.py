@@ -250,3 +250,30 @@ def test_a_check_cell_draws_one_heatmap_per_head_with_a_text_alternative():
     again = json.loads(json.dumps({k: (v.tolist() if k == "matrix" else v)
                                    for k, v in fig.items()}))
     assert viz.drawable(again["matrix"], again["labels"]).shape == (8, 6, 6)
+
+
+# ------------------------------------------------------------- no answer handed out
+def test_no_message_or_first_hint_tier_of_lesson_2_earns_a_step_when_pasted():
+    """Every next step and cause of lesson 2's catalogue (its own entries and the engine's
+    general ones, in this lesson's words) and each hint's tiers before the last: every
+    code fragment in them, put into the step cell as tests/test_no_answer.py puts lesson
+    1's, earns no check."""
+    from tests.test_no_answer import candidates
+
+    cells = {c["id"]: source(c) for c in load(corpus.SOURCE)["cells"]}
+    earned = []
+    for step in SPEC.steps:
+        texts = []
+        for check in step.checks:
+            texts += [(m.id, t) for m in SPEC.entries if m.step in ("any", check.name)
+                      for t in (m.next_step_for(check.name), m.cause_for(check.name))]
+        hint = cells[f"mh{step.number}-hint"]
+        texts.append(("hint", "<details>".join(hint.split("<details>")[:-1])))
+        for where, text in texts:
+            for src in sorted(candidates(text, step.names)):
+                data = replay.replay_step(SPEC, step.cell, src + "\n", corpus.release_setup(),
+                                          None, 3)
+                for r in verify.judge_replay(step.test, data, strict=True).results:
+                    if r.score == r.max_score:
+                        earned.append((where, src, r.step))
+    assert earned == []

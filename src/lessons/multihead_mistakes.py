@@ -167,7 +167,9 @@ _m("softmax_in_head_scores", "head_scores", "the softmax was applied already",
 _m("head_softmax_wrong_axis", "head_weights", "the softmax runs over the wrong axis",
    "each query's weights over the keys must sum to 1: the softmax runs over the last "
    "axis (the keys)",
-   "apply softmax(head_scores, dim=-1)",
+   # (in words: a message never writes out the call with its axis, which is the answer)
+   "apply the softmax along the last axis, the keys', so that each query's weights sum "
+   "to 1 in every head",
    reproduce=lambda inp: [f(inp["head_scores"], a) for a in (-2, 1, 0)
                           for f in (_softmax, _torch_softmax)],
    shows=tuple(s for s in ("the softmax over the queries (dim=-2)",

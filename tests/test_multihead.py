@@ -277,3 +277,19 @@ def test_no_message_or_first_hint_tier_of_lesson_2_earns_a_step_when_pasted():
                     if r.score == r.max_score:
                         earned.append((where, src, r.step))
     assert earned == []
+
+
+def test_readme_states_each_of_lesson_2s_decisions():
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    for text in SPEC.decisions.values():
+        assert text in readme, text
+
+
+def test_recomputing_from_x_and_the_layers_costs_half_the_step_as_decided():
+    code = ("q_heads = q_proj(x).view(1, 6, 8, 8).transpose(1, 2)\n"
+            "k_heads = key.view(1, 6, 8, 8).transpose(1, 2)\n"
+            "v_heads = value.view(1, 6, 8, 8).transpose(1, 2)\n")
+    data = replay.replay_step(SPEC, "mh_cell4_split", code, corpus.release_setup(), None, 5)
+    result = verify.judge_replay("mh_cell4_split_test", data, strict=True).results[0]
+    assert (result.score, result.mistake) == (1.0, "detached_output"), result.message
+    assert "from_its_inputs" in SPEC.decisions

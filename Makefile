@@ -119,20 +119,20 @@ bench-grade: $(STAMP)  ## 48 submissions graded without a kernel vs sequential n
 data: $(STAMP)  ## regenerate data/ byte-identically (and data/SHA256SUMS)
 	$(PY) -m src.data
 
-release: $(STAMP)  ## lesson.ipynb from complete_lesson.ipynb (FORCE=1 replaces an edited one, keeping a copy), then the nbgrader release in course/
+release: $(STAMP)  ## lesson.ipynb and multihead.ipynb from their references (FORCE=1 replaces an edited one, keeping a copy), then both nbgrader releases in course/
 	$(PY) -m src.release $(if $(FORCE),--force,)
 	$(PY) -m src.course release
 
-grade: $(STAMP)  ## autograde course/submitted/*/attention without a kernel, step cells replayed in a sandbox (JOBS=N, TIMEOUT=s per step cell's replay, BUDGET=s per submission's, UNSAFE=1: no sandbox)
+grade: $(STAMP)  ## autograde course/submitted/*/attention and */multihead without a kernel, step cells replayed in a sandbox (JOBS=N, TIMEOUT=s per step cell's replay, BUDGET=s per submission's, UNSAFE=1: no sandbox)
 	$(if $(UNSAFE),ATTENTION_UNSAFE_GRADING=1,) $(PY) -m src.course grade --jobs $(JOBS) $(if $(TIMEOUT),--timeout $(TIMEOUT),) $(if $(BUDGET),--budget $(BUDGET),)
 
-feedback: $(STAMP)  ## HTML feedback per student in course/feedback (hidden tests removed)
+feedback: $(STAMP)  ## HTML feedback per student and assignment in course/feedback (hidden tests removed)
 	$(PY) -m src.course feedback
 
 export: $(STAMP)  ## write course/grades.csv
 	$(PY) -m src.course export
 
-reference: $(STAMP)  ## run complete_lesson.ipynb, store its outputs, regenerate lesson.ipynb
+reference: $(STAMP)  ## run complete_lesson.ipynb and complete_multihead.ipynb, store their outputs, regenerate the student notebooks
 	$(PY) -m src.release --reference
 
 clean:  ## remove caches (keeps .venv)

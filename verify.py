@@ -1,7 +1,8 @@
-"""Checks for lesson.ipynb that name the mistake and say what to do next.
+"""Checks for the course's notebooks that name the mistake and say what to do next.
 
-One check per graded part of the lesson, made from the lesson's spec
-(``src/lessons/attention.py``), each with its cell's names as arguments:
+One check per graded part of each lesson, made from the lesson's spec
+(``src/lessons/<name>.py``), each with its cell's names as arguments. Lesson 1,
+lesson.ipynb (``src/lessons/attention.py``):
 
 - ``check_projections(query, key, value)``                       Cell 4
 - ``check_attention_scores(query, key, attention_scores)``       Cell 5
@@ -9,6 +10,10 @@ One check per graded part of the lesson, made from the lesson's spec
 - ``check_attention_weights(attention_scores, attention_weights)``  Cell 6
 - ``check_attended_values(attention_weights, value, attended_values)``  Cell 7
 - ``check_all(globals())``  a summary of every step, from the names as they are
+
+Lesson 2, multihead.ipynb (``src/lessons/multihead.py``): ``check_split_heads``,
+``check_head_scores``, ``check_head_weights``, ``check_head_outputs`` and
+``check_multihead_output``, Cells 4-7 (``check_all(globals(), lesson="multihead")``).
 
 Each returns a :class:`CheckResult` (passed, score, max_score, message) that
 prints as plain text, renders as Markdown in Jupyter, and is truthy only
@@ -65,6 +70,7 @@ from src.checks.util import INFO_FIELDS, LIMITS  # noqa: E402
 from src.lessons.attention import compare_with_torch_softmax  # noqa: E402
 from src.spec import Mistake  # noqa: E402
 
+#: Lesson 1's spec and facts (old callers know one lesson; each check reads its own).
 LESSON = lessons.lesson()
 MISTAKES = LESSON.mistakes
 GRADE_CELLS = LESSON.grade_cells
@@ -79,14 +85,15 @@ __all__ = [
     "LESSON", "LIMITS", "MISTAKES", "NAMES", "POINTS", "SHAPES", "STEP_CELLS", "CheckResult",
     "Mistake", "Points", "Summary", "check_all", "compare_with_torch_softmax", "judge",
     "judge_replay", "main", "observe", "run_notebook", "show",
-    *(f"check_{name}" for name in LESSON.checks),
+    *(f"check_{name}" for spec in lessons.LESSONS.values() for name in spec.checks),
 ]
 
 
 # ------------------------------------------------------------ public checks
 def _check(check, objects):
     """The result of ``check`` (a spec's Check) for the names in ``objects``."""
-    lesson, step = LESSON, LESSON.step_of_check[check.name]
+    lesson, _ = lessons.by_check(check.name)
+    step = lesson.step_of_check[check.name]
     verdict = _live(lesson, step, objects)
     if verdict is None:  # no kernel, or not the notebook's names: the tensors as given
         data = _observe_checks(lesson, [check], _Lookup(objects))
@@ -136,22 +143,24 @@ def _make_check(check):
     return run
 
 
-for _c in LESSON.checks.values():
-    globals()[f"check_{_c.name}"] = _make_check(_c)
+for _spec in lessons.LESSONS.values():  # (check names are unique across the course)
+    for _c in _spec.checks.values():
+        globals()[f"check_{_c.name}"] = _make_check(_c)
 
 
-def check_all(namespace=None, **tensors) -> Summary:
-    """Every step's check, from a namespace such as ``globals()`` or keywords.
+def check_all(namespace=None, *, lesson: str = LESSON.name, **tensors) -> Summary:
+    """Every step's check of ``lesson`` (lesson 1 unless named), from a namespace such as
+    ``globals()`` or keywords.
 
     It judges the names as they are now (not a replay of the cells);
     ``python verify.py NOTEBOOK`` replays the notebook's step cells as grading
-    does. Shape legend: query, key, value [1, 6, 64]; attention_scores,
-    attention_weights [1, 6, 6]; attended_values [1, 6, 64].
+    does. Shape legend (lesson 1): query, key, value [1, 6, 64]; attention_scores,
+    attention_weights [1, 6, 6]; attended_values [1, 6, 64]; lesson 2's in its spec.
     """
     ns = dict(namespace or {})
     ns.update(tensors)
     results = []
-    for step in LESSON.steps:
+    for step in lessons.lesson(lesson).steps:
         results += judge(step.test, observe(step.test, ns), strict=True).results
     return Summary(results)
 
@@ -165,7 +174,9 @@ def show(*results) -> None:
     from src import visualizations as viz
 
     display(*results)
-    for fig in viz.check_figures(LESSON, results):
+    lesson = next((spec for spec, _ in map(lessons.by_check, (r.step for r in results))
+                   if spec is not None), LESSON)
+    for fig in viz.check_figures(lesson, results):
         viz.show_png(viz.figure_png(fig), fig["alt"])
         print(fig["table"])
 

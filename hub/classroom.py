@@ -69,11 +69,13 @@ ROOT = Path(__file__).resolve().parent.parent
 PROXY = ROOT / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
 COURSE_ID = "attention"
 ASSIGNMENT = "attention"
+#: Every assignment the class releases, in course order (each lesson's spec's name).
+ASSIGNMENTS = ("attention", "multihead")
 #: The comment of every user `make hub` creates: it never adopts an account it did not make.
 MARK = "attention course hub"
 #: What the instructor's copy of the course holds (src.course builds the source from it).
 COURSE_FILES = ("nbgrader_config.py", "verify.py", "src", "data", "complete_lesson.ipynb",
-                "lesson.ipynb")
+                "lesson.ipynb", "complete_multihead.ipynb", "multihead.ipynb")
 #: JupyterLab's defaults for everyone on the hub, in the class's environment
 #: (<venv>/share/jupyter/lab/settings/overrides.json, JupyterLab's own mechanism; a
 #: person's own settings still win): no "get notified about Jupyter news?" pop-up.
@@ -917,7 +919,8 @@ def ensure_course(room: Classroom, log=print) -> None:
     python = str(room.venv / "bin" / "python")
     # The source (src.course.build_source, the same as `make release`) and the students.
     script = ("import json, sys\nfrom nbgrader.api import Gradebook\nfrom src.course import "
-              "build_source\nbuild_source()\nwith Gradebook(sys.argv[1], sys.argv[2]) as gb:\n"
+              "build_source\nfrom src.layout import ASSIGNMENTS\nfor a in ASSIGNMENTS:\n"
+              "    build_source(a)\nwith Gradebook(sys.argv[1], sys.argv[2]) as gb:\n"
               "    for s in json.loads(sys.argv[3]):\n"
               "        gb.update_or_create_student(s.pop('id'), **s)\n")
     run_as(room.instructor, [python, "-c", script,
@@ -928,16 +931,18 @@ def ensure_course(room: Classroom, log=print) -> None:
         log("ngshare: the instructor releases the assignment in the Formgrader (the "
             "exchange is a hub service, not up yet).")
     elif room.release:
-        released = room.exchange / COURSE_ID / "outbound" / ASSIGNMENT
-        if released.exists():
-            log(f"The assignment is already released ({released}).")
-            return
         nbgrader = str(room.venv / "bin" / "nbgrader")
-        log("Generating and releasing the assignment to the exchange (as the instructor)...")
-        for cmd in ([nbgrader, "generate_assignment", ASSIGNMENT, "--force"],
-                    [nbgrader, "release_assignment", ASSIGNMENT]):
-            run_as(room.instructor, cmd, room.course_dir, env={
-                "PATH": f"{room.venv / 'bin'}:/usr/bin:/bin"})
+        for assignment in ASSIGNMENTS:
+            released = room.exchange / COURSE_ID / "outbound" / assignment
+            if released.exists():
+                log(f"The assignment {assignment} is already released ({released}).")
+                continue
+            log(f"Generating and releasing the assignment {assignment} to the exchange (as "
+                "the instructor)...")
+            for cmd in ([nbgrader, "generate_assignment", assignment, "--force"],
+                        [nbgrader, "release_assignment", assignment]):
+                run_as(room.instructor, cmd, room.course_dir, env={
+                    "PATH": f"{room.venv / 'bin'}:/usr/bin:/bin"})
 
 
 def gradebook_students(room: Classroom) -> list[dict]:

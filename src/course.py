@@ -5,9 +5,14 @@
 course/ (git-ignored):
 
     course/source/attention/     complete_lesson.ipynb as lesson.ipynb, verify.py, src/, data/
-    course/release/attention/    what students get (nbgrader generate_assignment)
-    course/submitted/<student>/attention/lesson.ipynb   what you collect
+    course/source/multihead/     complete_multihead.ipynb as multihead.ipynb, the same files
+    course/release/<assignment>/    what students get (nbgrader generate_assignment)
+    course/submitted/<student>/attention/lesson.ipynb   what you collect (and multihead/...)
     course/autograded/, course/feedback/, course/gradebook.db, course/grades.csv
+
+Every lesson of ``src/lessons`` is an assignment (its spec's name): the commands handle
+each (``--assignment NAME``: one); the functions take ``assignment`` (lesson 1's by
+default).
 
 Parallel grading (nbgrader has none: its request #174 is open since 2015)
 runs nbgrader's own autograder, ``NbGraderAPI.autograde`` (the code behind
@@ -32,13 +37,16 @@ from pathlib import Path
 
 from nbgrader.preprocessors import ClearHiddenTests
 
-from src.layout import (  # noqa: F401 (course_dir: read through course too)
+from src.layout import (  # noqa: F401 (course_dir, NOTEBOOK...: read through course too)
     ASSIGNMENT,
+    ASSIGNMENTS,
     NOTEBOOK,
     ROOT,
     SHIPPED,
     SOURCE_NOTEBOOK,
     course_dir,
+    notebook_of,
+    source_of,
 )
 
 # nbgrader runs the `alembic` command by name when it creates a gradebook; the one that
@@ -103,13 +111,13 @@ def make_api(timeout: float | None = None, memory_gb: float | None = None):
     return NbGraderAPI(CourseDirectory(config=config), config=config)
 
 
-def build_source() -> Path:
-    """course/source/attention/ from the repository (it is generated: never edit it)."""
-    dest = course_dir() / "source" / ASSIGNMENT
+def build_source(assignment: str = ASSIGNMENT) -> Path:
+    """course/source/<assignment>/ from the repository (it is generated: never edit it)."""
+    dest = course_dir() / "source" / assignment
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    shutil.copyfile(SOURCE_NOTEBOOK, dest / f"{NOTEBOOK}.ipynb")
+    shutil.copyfile(source_of(assignment), dest / f"{notebook_of(assignment)}.ipynb")
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in SHIPPED:
         src = ROOT / name
@@ -127,26 +135,27 @@ load_subconfig("nbgrader_config.py", path={root!r})  # noqa: F821
 '''
 
 
-def release() -> Path:
-    """Build the source and run nbgrader generate_assignment; return the release dir."""
-    build_source()
+def release(assignment: str = ASSIGNMENT) -> Path:
+    """Build ``assignment``'s source and run nbgrader generate_assignment; return the
+    release dir."""
+    build_source(assignment)
     (course_dir() / "nbgrader_config.py").write_text(COURSE_CONFIG.format(root=str(ROOT)))
     (course_dir() / "exchange").mkdir(exist_ok=True)  # nbgrader's pages ask for one
-    result = make_api().generate_assignment(ASSIGNMENT, force=True, create=True)
+    result = make_api().generate_assignment(assignment, force=True, create=True)
     if not result["success"]:
         raise CourseError("nbgrader generate_assignment failed:\n" + (result.get("log") or "")
                           + (result.get("error") or ""))
-    return course_dir() / "release" / ASSIGNMENT
+    return course_dir() / "release" / assignment
 
 
 # ----------------------------------------------------------------- grading
-def submitted_students() -> list[str]:
-    """Every folder of submitted/ with an assignment entry (a symlinked one too: it is
-    then refused by name instead of silently skipped)."""
+def submitted_students(assignment: str = ASSIGNMENT) -> list[str]:
+    """Every folder of submitted/ with an entry for ``assignment`` (a symlinked one too: it
+    is then refused by name instead of silently skipped)."""
     base = course_dir() / "submitted"
     if not base.is_dir():
         return []
-    return sorted(p.name for p in base.iterdir() if (p / ASSIGNMENT).exists())
+    return sorted(p.name for p in base.iterdir() if (p / assignment).exists())
 
 
 def tree_digest(path: Path) -> str:
@@ -174,11 +183,14 @@ def _init_worker(timeout, memory_gb, worker_memory_gb=None):
 
 
 _API = None
+#: The assignment this run grades or gives feedback on (set by grade() and feedback()
+#: before they fork their workers, which inherit it).
+_RUN = {"assignment": ASSIGNMENT}
 
 
 def _grade_one(student, worker_memory_gb=None):
     t0 = time.perf_counter()
-    result = _API.autograde(ASSIGNMENT, student, force=True, create=True)
+    result = _API.autograde(_RUN["assignment"], student, force=True, create=True)
     error = None if result["success"] else _why_failed(student, result)
     if error and error.endswith("(MemoryError)") and worker_memory_gb:
         error += (f": the grading process ran out of its {worker_memory_gb:g} GiB "
@@ -188,7 +200,7 @@ def _grade_one(student, worker_memory_gb=None):
 
 def _feedback_one(student, worker_memory_gb=None):
     t0 = time.perf_counter()
-    result = _API.generate_feedback(ASSIGNMENT, student, force=True)
+    result = _API.generate_feedback(_RUN["assignment"], student, force=True)
     error = None if result["success"] else log_reason(
         (result.get("log") or "") + "\n" + (result.get("error") or ""))
     return student, bool(result["success"]), error, time.perf_counter() - t0
@@ -198,8 +210,8 @@ def _why_failed(student, result) -> str:
     """A one-line reason for the instructor: the real one, from the submission or the log."""
     import json
 
-    folder = course_dir() / "submitted" / student / ASSIGNMENT
-    notebook = folder / f"{NOTEBOOK}.ipynb"
+    folder = course_dir() / "submitted" / student / _RUN["assignment"]
+    notebook = folder / f"{notebook_of(_RUN['assignment'])}.ipynb"
     if not notebook.exists():
         found = sorted(p.name for p in folder.glob("*.ipynb"))
         return f"no {notebook.name} in the submission" + (
@@ -340,7 +352,7 @@ class _Progress:
         self.stream.flush()
 
 
-def _gradebook_scores(students):
+def _gradebook_scores(students, assignment: str = ASSIGNMENT):
     from nbgrader.api import Gradebook, MissingEntry
 
     config = load_config()
@@ -348,22 +360,23 @@ def _gradebook_scores(students):
     with Gradebook(config.CourseDirectory.db_url, config.CourseDirectory.course_id) as gb:
         for s in students:
             try:
-                sub = gb.find_submission(ASSIGNMENT, s)
+                sub = gb.find_submission(assignment, s)
             except MissingEntry:
                 continue
             out[s] = (sub.score, sub.max_score, sub.needs_manual_grade)
     return out
 
 
-def per_cell_scores(db_path: Path | None = None) -> dict:
-    """{student: {grade_id: (auto_score, manual_score, needs_manual_grade)}}."""
+def per_cell_scores(db_path: Path | None = None, assignment: str = ASSIGNMENT) -> dict:
+    """{student: {grade_id: (auto_score, manual_score, needs_manual_grade)}} of
+    ``assignment``."""
     from nbgrader.api import Gradebook
 
     config = load_config()
     url = config.CourseDirectory.db_url if db_path is None else f"sqlite:///{db_path}"
     out = {}
     with Gradebook(url, config.CourseDirectory.course_id) as gb:
-        for sub in gb.assignment_submissions(ASSIGNMENT):
+        for sub in gb.assignment_submissions(assignment):
             cells = {}
             for nb in sub.notebooks:
                 for g in nb.grades:
@@ -432,7 +445,7 @@ def _run_workers(students, jobs, init_args, deadline, on_done, task=_grade_one,
         trusted = load_config(*init_args[:2]).TrustedScores
         grading.configure(**{k: trusted[t] for k, t in grading.TRUSTED_TRAITS.items()
                              if t in trusted})
-        grading.start_replay_servers(ASSIGNMENT, jobs)
+        grading.start_replay_servers(_RUN["assignment"], jobs)
     pending, workers = list(students), {}  # slot -> [proc, conn, scratch, student, t0]
 
     def start(slot):
@@ -504,12 +517,12 @@ def _run_workers(students, jobs, init_args, deadline, on_done, task=_grade_one,
             stop(slot)
 
 
-def _trusted_report(student) -> dict:
+def _trusted_report(student, assignment: str = ASSIGNMENT) -> dict:
     import json
 
     from src.grading import REPORT_NAME
 
-    path = course_dir() / "autograded" / student / ASSIGNMENT / REPORT_NAME
+    path = course_dir() / "autograded" / student / assignment / REPORT_NAME
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -518,8 +531,9 @@ def _trusted_report(student) -> dict:
 
 def grade(jobs: int = 0, timeout: float | None = None, memory_gb: float | None = None,
           students=None, stream=sys.stdout, unsafe: bool | None = None,
-          budget: float | None = None) -> GradeReport:
-    """Autograde every submission (or ``students``), ``jobs`` at a time: no kernel, each
+          budget: float | None = None, assignment: str = ASSIGNMENT) -> GradeReport:
+    """Autograde every submission of ``assignment`` (or ``students``), ``jobs`` at a time:
+    no kernel, each
     step cell replayed in the sandbox. ``timeout`` and ``budget`` override
     nbgrader_config.py's seconds of one step cell's replay and of one submission's.
 
@@ -531,6 +545,7 @@ def grade(jobs: int = 0, timeout: float | None = None, memory_gb: float | None =
     _OVERRIDES.clear()
     _OVERRIDES.update({k: v for k, v in (("timeout", timeout), ("budget", budget))
                        if v is not None})
+    _RUN["assignment"] = assignment
     if not (course_dir() / "gradebook.db").exists():
         raise CourseError("no gradebook: run `make release` first")
     unsafe = grading.unsafe_requested() if unsafe is None else unsafe
@@ -543,9 +558,9 @@ def grade(jobs: int = 0, timeout: float | None = None, memory_gb: float | None =
         if reason:
             raise CourseError(f"cannot grade safely: {reason}")
     base = course_dir() / "submitted"
-    students = list(students) if students is not None else submitted_students()
+    students = list(students) if students is not None else submitted_students(assignment)
     if not students:
-        raise CourseError(f"nothing to grade: expected folders {base}/<student>/{ASSIGNMENT}/")
+        raise CourseError(f"nothing to grade: expected folders {base}/<student>/{assignment}/")
     report, progress = GradeReport(unsafe=unsafe), _Progress(len(students), stream)
     refused = {}
     config = load_config(timeout)
@@ -553,10 +568,11 @@ def grade(jobs: int = 0, timeout: float | None = None, memory_gb: float | None =
     for s in students:
         problem = grading.id_problem(s)
         if problem is None:
-            folder = base / s / ASSIGNMENT
+            folder = base / s / assignment
             found = grading.submission_problems(base / s) if (base / s).exists() else [
                 f"no folder {folder}"]
-            size = grading.notebook_size_problem(folder / f"{NOTEBOOK}.ipynb", cap_mb)
+            size = grading.notebook_size_problem(folder / f"{notebook_of(assignment)}.ipynb",
+                                                 cap_mb)
             found += [size] if size and not found else []
             problem = ("refused: " + "; ".join(found)) if found else None
         if problem:
@@ -579,7 +595,7 @@ def grade(jobs: int = 0, timeout: float | None = None, memory_gb: float | None =
     replay = trusted.get("replay_student_seconds", sandbox.LIMITS.replay_student_seconds)
     judges = trusted.get("judge_seconds", sandbox.LIMITS.judge_seconds)
     # nbgrader's own work (copying, the gradebook) on top of the replay's and the judges'.
-    steps = len(grading._lesson(assignment=ASSIGNMENT).steps)
+    steps = len(grading._lesson(assignment=assignment).steps)
     deadline = replay + steps * judges + 120
     if todo:
         try:
@@ -592,12 +608,12 @@ def grade(jobs: int = 0, timeout: float | None = None, memory_gb: float | None =
     report.seconds = time.perf_counter() - t0
     if tree_digest(base) != before:
         raise CourseError("submitted/ changed while grading; this must never happen")
-    scores = _gradebook_scores([r.student for r in report.results if r.ok])
+    scores = _gradebook_scores([r.student for r in report.results if r.ok], assignment)
     for r in report.results:
         if r.student in scores:
             r.score, r.max_score, r.needs_manual_grade = scores[r.student]
         if r.ok:
-            trusted = _trusted_report(r.student)
+            trusted = _trusted_report(r.student, assignment)
             cells = trusted.get("cells", [])
             r.stopped = trusted.get("stopped")
             r.notes = list(trusted.get("notes", []))
@@ -618,14 +634,16 @@ def worker_memory_gb(config) -> float:
     return float(config.Grading.get("worker_memory_gb", sandbox.LIMITS.worker_memory_gb))
 
 
-def feedback(jobs: int = 0, stream=sys.stdout) -> Path:
-    """nbgrader's feedback for every autograded student, each in a process of its own with
+def feedback(jobs: int = 0, stream=sys.stdout, assignment: str = ASSIGNMENT) -> Path:
+    """nbgrader's feedback on ``assignment`` for every autograded student, each in a
+    process of its own with
     a deadline (c.Grading.feedback_seconds) and a memory limit: one submission cannot hold
     up the rest. Raises CourseError naming the students whose feedback failed."""
     from src import sandbox
 
+    _RUN["assignment"] = assignment
     base = course_dir() / "autograded"
-    students = sorted(p.name for p in base.iterdir() if (p / ASSIGNMENT).is_dir()) \
+    students = sorted(p.name for p in base.iterdir() if (p / assignment).is_dir()) \
         if base.is_dir() else []
     if not students:
         raise CourseError(f"no autograded submissions in {base}: run `make grade` first")
@@ -659,11 +677,20 @@ def export(dest: Path | None = None) -> Path:
     return dest
 
 
+def _with_work(assignments, folder: str) -> list[str]:
+    """The assignments some student has a folder for under course/<folder>/."""
+    base = course_dir() / folder
+    people = [p for p in base.iterdir() if p.is_dir()] if base.is_dir() else []
+    return [a for a in assignments if any((p / a).exists() for p in people)]
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="The nbgrader course of the lesson.")
+    parser = argparse.ArgumentParser(description="The nbgrader course of the lessons.")
+    parser.add_argument("--assignment", choices=ASSIGNMENTS, default=None,
+                        help="only this assignment (default: every lesson)")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("release", help="build course/source and generate the student release")
-    g = sub.add_parser("grade", help=f"autograde course/submitted/*/{ASSIGNMENT} in parallel")
+    sub.add_parser("release", help="build course/source and generate the student releases")
+    g = sub.add_parser("grade", help="autograde course/submitted/*/<assignment> in parallel")
     g.add_argument("--jobs", type=int, default=0, help="workers (default: cores)")
     g.add_argument("--timeout", type=float, default=None,
                    help="seconds of one step cell's replay (default: nbgrader_config.py, 1)")
@@ -674,30 +701,38 @@ def main(argv=None) -> int:
                         "(default: nbgrader_config.py)")
     g.add_argument("students", nargs="*", help="only these students")
     sub.add_parser("feedback", help="HTML feedback in course/feedback (no hidden tests)")
-    sub.add_parser("export", help="course/grades.csv")
+    sub.add_parser("export", help="course/grades.csv (every assignment)")
     args = parser.parse_args(argv)
+    chosen = [args.assignment] if args.assignment else list(ASSIGNMENTS)
+    failed = False
     try:
         if args.command == "release":
-            print(f"released to {release()}")
+            for a in chosen:
+                print(f"released to {release(a)}")
         elif args.command == "grade":
-            report = grade(args.jobs, args.timeout, args.memory_gb, args.students or None,
-                           budget=args.budget)
-            for r in report.results:
-                score = "-" if r.score is None else f"{r.score:g}/{r.max_score:g}"
-                flag = "" if r.ok else f"  FAILED: {r.error}"
-                flag += "  (needs manual grading)" if r.needs_manual_grade else ""
-                if r.mismatches:
-                    flag += f"  shown {r.shown:g}/{r.max_score:g}, verified {r.score:g}/" \
-                            f"{r.max_score:g}: " + ", ".join(
-                                f"{cell} {a:g} vs {b:g}" + (f" ({says})" if says else "")
-                                for cell, (a, b, says) in r.mismatches.items())
-                if r.stopped:
-                    flag += f"  (later cells not run: {r.stopped})"
-                print(f"  {r.student!r:<26} {score:>7}{flag}")
-            print(report.summary())
-            return 1 if report.failed else 0
+            # (each assignment someone submitted; none at all: the first one's message)
+            for a in _with_work(chosen, "submitted") or chosen[:1]:
+                print(f"{a}:")
+                report = grade(args.jobs, args.timeout, args.memory_gb,
+                               args.students or None, budget=args.budget, assignment=a)
+                for r in report.results:
+                    score = "-" if r.score is None else f"{r.score:g}/{r.max_score:g}"
+                    flag = "" if r.ok else f"  FAILED: {r.error}"
+                    flag += "  (needs manual grading)" if r.needs_manual_grade else ""
+                    if r.mismatches:
+                        flag += f"  shown {r.shown:g}/{r.max_score:g}, verified " \
+                                f"{r.score:g}/{r.max_score:g}: " + ", ".join(
+                                    f"{cell} {x:g} vs {y:g}" + (f" ({says})" if says else "")
+                                    for cell, (x, y, says) in r.mismatches.items())
+                    if r.stopped:
+                        flag += f"  (later cells not run: {r.stopped})"
+                    print(f"  {r.student!r:<26} {score:>7}{flag}")
+                print(report.summary())
+                failed = failed or bool(report.failed)
+            return 1 if failed else 0
         elif args.command == "feedback":
-            print(f"feedback in {feedback()}")
+            for a in _with_work(chosen, "autograded") or chosen[:1]:
+                print(f"feedback on {a} in {feedback(assignment=a)}")
         elif args.command == "export":
             print(f"grades written to {export()}")
     except CourseError as exc:

@@ -35,13 +35,13 @@ PROMPT_EXAMPLE = "The cat sat on the mat"
 D_MODEL = 64
 SEED = 0
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-DATA_FILES = ("vocab.json", "embeddings.npy", "projections.npz")
+DATA_FILES = ("vocab.json", "embeddings.npy", "projections.npz", "output.npz")
 PROJECTION_KEYS = ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v")
 CHECKSUM_FILE = "SHA256SUMS"
 
 __all__ = [
     "D_MODEL", "DATA_DIR", "Example", "PROMPT_EXAMPLE", "encode", "load_arrays",
-    "load_example", "load_projections", "sinusoidal_positions", "tokenize",
+    "load_example", "load_output", "load_projections", "sinusoidal_positions", "tokenize",
     "write_data_files",
 ]
 
@@ -104,6 +104,13 @@ def load_projections(data_dir: Path = DATA_DIR) -> dict[str, np.ndarray]:
     """The Q/K/V parameters: w_* (d_model, d_model), b_* (d_model,), float32."""
     with np.load(Path(data_dir) / "projections.npz") as npz:
         return {key: npz[key] for key in PROJECTION_KEYS}
+
+
+def load_output(data_dir: Path = DATA_DIR) -> np.ndarray:
+    """Lesson 2's output layer W_o, (H * d_k, d_model) = (64, 64) float32, applied as
+    ``merged @ W_o`` (Vaswani et al.'s W^O; nn.Linear's weight is its transpose)."""
+    with np.load(Path(data_dir) / "output.npz") as npz:
+        return npz["w_o"]
 
 
 def load_arrays(data_dir: Path = DATA_DIR) -> dict:
@@ -196,6 +203,10 @@ def _generate() -> dict[str, bytes]:
         layer = torch.nn.Linear(D_MODEL, D_MODEL)
         params[f"w_{name}"] = layer.weight.detach()
         params[f"b_{name}"] = layer.bias.detach()
+    # Lesson 2's output layer: a fourth nn.Linear drawn after the three (the stream above is
+    # unchanged, so the first files stay byte-identical); its weight [out, in] is stored
+    # transposed, as W_o in merged @ W_o. Its bias is not used (the lesson's W_o is 64x64).
+    w_o = torch.nn.Linear(D_MODEL, D_MODEL).weight.detach().T.contiguous()
     meta = {
         "prompt": PROMPT_EXAMPLE,
         "tokenization": "split on whitespace; id = index of the lower-cased "
@@ -211,6 +222,7 @@ def _generate() -> dict[str, bytes]:
         "embeddings.npy": _npy_bytes(embeddings.numpy().astype(np.float32)),
         "projections.npz": _npz_bytes(
             {k: params[k].numpy().astype(np.float32) for k in PROJECTION_KEYS}),
+        "output.npz": _npz_bytes({"w_o": w_o.numpy().astype(np.float32)}),
     }
 
 

@@ -167,7 +167,8 @@ def fresh_namespace(lesson, setup: dict, step: str, upstream: dict | None = None
 
     memo = {id(v): v for v in setup.values() if _shared(v) and not isinstance(
         v, torch.nn.Module)}
-    data = {k: v for k, v in setup.items() if k != "__builtins__"}
+    # (the given tensors are made again below: non-leaf tensors cannot be deep-copied)
+    data = {k: v for k, v in setup.items() if k != "__builtins__" and k not in lesson.given}
     ns = copy.deepcopy(data, memo)
     ns["__builtins__"] = setup.get("__builtins__", __builtins__)
     ns["display"] = _no_display  # in a live kernel, a replay shows nothing
@@ -175,6 +176,8 @@ def fresh_namespace(lesson, setup: dict, step: str, upstream: dict | None = None
         with torch.no_grad():
             ns["x"].copy_(torch.from_numpy(np.array(x, dtype=np.float32)))
     ref = lesson.torch_reference(ns)
+    for n in lesson.given:  # (made from this namespace's x, as the steps' tensors are)
+        ns[n] = _independent(ref[n])
     later = False
     for st in lesson.steps:
         later = later or st.cell == step
@@ -184,8 +187,9 @@ def fresh_namespace(lesson, setup: dict, step: str, upstream: dict | None = None
                 ns[n] = _as_lesson_object(upstream[n])
     # Every earlier tensor is an input: what the code depends on is read off its gradients
     # with respect to each (they are independent of one another, so each one counts alone).
-    inputs = {n: ns[n] for st in lesson.steps if st.cell != step for n in st.names
-              if not lesson.later_than(st.cell, step) and torch.is_tensor(ns[n])}
+    inputs = {n: ns[n] for n in lesson.given}
+    inputs.update({n: ns[n] for st in lesson.steps if st.cell != step for n in st.names
+                   if not lesson.later_than(st.cell, step) and torch.is_tensor(ns[n])})
     for check in lesson.by_cell[step].checks:  # a step made by the set-up's layers
         for layer in check.layers.values():
             for part in ("weight", "bias"):
@@ -475,7 +479,9 @@ def _facts(lesson, cap, step, ns, inputs, watched, before, source, raised="") ->
             out["replay.discarded"] = np.array(discarded, dtype=str)
         names = lesson.by_cell[step].names
         missing = [n for n in names if ns.get(n) is None]
-        bound = [a for a in _assigned_names(source) if a not in lesson.official]
+        # (only names the run bound: a line that raised before its assignment misspelled
+        # nothing)
+        bound = [a for a in _assigned_names(source) if a not in lesson.official and a in ns]
         for n in missing:
             close = difflib.get_close_matches(n, bound, n=1, cutoff=0.75)
             # (or another name for it, in a cell that ran to its end or stopped at an

@@ -236,6 +236,10 @@ class Lesson:
     decisions: dict = field(default_factory=dict)
     #: The labels of its heatmaps' rows and columns (the sentence's tokens).
     labels: tuple = ()
+    #: Set-up tensors the first steps read that ``torch_reference`` makes (lesson 2's query,
+    #: key, value): the replay injects them as it injects earlier steps' tensors (so the
+    #: second run's x reaches them, and gradients are read with respect to them).
+    given: tuple = ()
 
     # ------------------------------------------------------------- derived
     @cached_property

@@ -92,8 +92,10 @@ def _heatmap(ax, mat, rows, cols, vmin, vmax, annotate, cmap):
                 r, g, b, _ = colormap((mat[i, j] - vmin) / span)
                 # Dark text on light cells, light text on dark cells.
                 light_cell = 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.5
-                ax.text(j, i, f"{mat[i, j]:.2f}", ha="center", va="center",
-                        fontsize=8, color="black" if light_cell else "white")
+                # (a masked entry, -inf, is left blank by imshow and said in words)
+                said = "−∞" if np.isneginf(mat[i, j]) else f"{mat[i, j]:.2f}"
+                ax.text(j, i, said, ha="center", va="center", fontsize=8,
+                        color="black" if light_cell or not np.isfinite(mat[i, j]) else "white")
     return im
 
 
@@ -133,16 +135,17 @@ def plot_attention(weights, tokens=None, *, key_tokens=None, title=None,
 
 
 def plot_heads(weights, tokens=None, *, title=None, annotate=True,
-               cmap=CMAP, ncols=None) -> Figure:
+               cmap=CMAP, ncols=None, value_label="attention weight") -> Figure:
     """One heatmap per head, on a shared colour scale.
 
     Accepts [H, L, S] or [1, H, L, S] (numpy or torch), e.g. the
-    ``(B, H, L, L)`` weights of ``SelfAttention`` for one sentence.
+    ``(B, H, L, L)`` weights of ``SelfAttention`` for one sentence; -inf entries (masked)
+    are left blank. When S is not L (a head's [L, d_k] vectors), the columns are numbered.
     """
     heads = _to_matrix(weights, ndim=3)
     n_heads, L, S = heads.shape
     rows = _labels(tokens, L, "rows (queries)")
-    cols = _labels(tokens, S, "columns (keys)")
+    cols = _labels(tokens if S == L else [str(j) for j in range(S)], S, "columns (keys)")
     ncols = ncols or min(n_heads, 4)
     nrows = math.ceil(n_heads / ncols)
     cell = max(3.0, 0.5 * max(L, S) + 1.5)
@@ -158,7 +161,10 @@ def plot_heads(weights, tokens=None, *, title=None, annotate=True,
             continue
         im = _heatmap(ax, heads[h], rows, cols, lo, hi, annotate, cmap)
         ax.set_title(f"head {h}")
-    fig.colorbar(im, ax=axes.ravel().tolist(), label="attention weight")
+        if S != L:
+            ax.set_xlabel("feature of the head")
+            ax.set_ylabel("token")
+    fig.colorbar(im, ax=axes.ravel().tolist(), label=value_label)
     fig.suptitle(title or f"Attention weights of {n_heads} heads")
     return fig
 
@@ -212,7 +218,7 @@ def plot_scaling_effect(d_k: int = 64, n_keys: int = 6, n_samples: int = 1000,
     return fig
 
 
-def top_keys(weights, tokens=None, atol=1e-6):
+def top_keys(weights, tokens=None, cols=None, atol=1e-6):
     """For each query: (query token, [keys with the largest weight], weight).
 
     Keys within ``atol`` of the row maximum are all named: in the cat
@@ -220,7 +226,7 @@ def top_keys(weights, tokens=None, atol=1e-6):
     """
     mat = _to_matrix(weights)
     rows = _labels(tokens, mat.shape[0], "rows (queries)")
-    cols = _labels(tokens, mat.shape[1], "columns (keys)")
+    cols = _labels(cols if cols is not None else tokens, mat.shape[1], "columns (keys)")
     result = []
     for i, row in enumerate(mat):
         best = np.nanmax(row) if np.isfinite(row).any() else np.nan
@@ -243,13 +249,28 @@ def attention_table(weights, tokens=None, value_label="weight") -> str:
     return "\n".join(lines)
 
 
+def heads_table(heads, tokens=None, value_label="weight") -> str:
+    """Plain-text alternative to :func:`plot_heads`: one line per head, each query token
+    with the key (or feature) holding its largest ``value_label`` (masked -inf entries are
+    never the largest). heads: [H, L, S] or [1, H, L, S]."""
+    mat = _to_matrix(heads, ndim=3)
+    n_heads, L, S = mat.shape
+    cols = tokens if tokens is not None and S == L else [f"#{j}" for j in range(S)]
+    lines = [f"head: each query -> the {'key' if S == L else 'feature'} with its largest "
+             f"{value_label}"]
+    for h in range(n_heads):
+        parts = [f"{q}->{'/'.join(k)} {w:.2f}" for q, k, w in top_keys(mat[h], tokens, cols)]
+        lines.append(f"head {h}: " + ", ".join(parts))
+    return "\n".join(lines)
+
+
 def check_figures(lesson, results) -> list[dict]:
     """The heatmaps the lesson's check cell draws for ``results`` (its checks' results,
     each with the values it read), from the spec's figures (``Step.figures``): one dict
-    per figure that can be drawn, with ``title``, ``value_label``, ``matrix`` ([L, L]
-    float64), ``alt`` (the image's text alternative) and ``table``
-    (:func:`attention_table`). The kernel (``verify.show``) and the feedback of a graded
-    notebook draw from the same dicts."""
+    per figure that can be drawn, with ``title``, ``value_label``, ``matrix`` ([L, L], or
+    [H, L, S] for one heatmap per head, float64), ``alt`` (the image's text alternative)
+    and ``table`` (:func:`attention_table`, :func:`heads_table`). The kernel
+    (``verify.show``) and the feedback of a graded notebook draw from the same dicts."""
     by_name = {r.step: r for r in results}
     labels = list(lesson.labels) or None
     out = []
@@ -263,6 +284,16 @@ def check_figures(lesson, results) -> list[dict]:
                 continue
             title = fig.title_for(result)
             label = fig.value_label
+            if mat.ndim == 3:
+                cols = "key tokens" if mat.shape[1] == mat.shape[2] else "the head's features"
+                out.append({"title": title, "value_label": label, "matrix": mat,
+                            "labels": labels, "table": heads_table(mat, labels, label),
+                            "alt": (f"{mat.shape[0]} heatmaps, one per head: {title}. Rows "
+                                    f"are tokens ({', '.join(labels or [])}), columns "
+                                    f"{cols}; each square's shade and number give its "
+                                    f"{label} (−∞: masked, left blank). The table beside "
+                                    f"it names each row's largest {label}, head by head.")})
+                continue
             out.append({"title": title, "value_label": label, "matrix": mat,
                         "labels": labels, "table": attention_table(mat, labels, label),
                         "alt": (f"Heatmap: {title}. Rows are query tokens, columns key tokens"
@@ -273,22 +304,37 @@ def check_figures(lesson, results) -> list[dict]:
 
 
 def drawable(values, labels=None):
-    """``values`` as a finite [L, L] float64 matrix that a heatmap can show (L tokens
-    when ``labels`` are given), else None."""
+    """``values`` as a float64 matrix a heatmap can show, else None: [L, L] (L tokens
+    when ``labels`` are given), or [H, L, S] with a head axis (values [1, H, L, S]: one
+    heatmap per head). Finite, except -inf where a mask put it (drawn blank)."""
     if values is None:
         return None
     try:
-        mat = _to_matrix(values)
+        arr = np.asarray(values, dtype=np.float64)
+        # ([1, L, S] is one matrix; [H, L, S] with H > 1, as the feedback stores it, and
+        # [1, H, L, S] are heads)
+        heads = arr.ndim == 4 or arr.ndim == 3 and arr.shape[0] > 1
+        mat = _to_matrix(arr, ndim=3 if heads else 2)
     except (ValueError, TypeError):
         return None
-    if labels is not None and mat.shape != (len(labels), len(labels)):
+    if mat.ndim == 3 and not 1 < mat.shape[0] <= 16:
         return None
-    return mat if np.isfinite(mat).all() else None
+    n = mat.shape[-2]
+    if labels is not None and (n != len(labels) or mat.ndim == 2 and mat.shape[-1] != n):
+        return None
+    finite = ~(np.isnan(mat).any() or np.isposinf(mat).any())
+    masked = np.isneginf(mat).any()
+    # (a mask never covers a whole matrix of a single heatmap: then nothing is shown)
+    return mat if finite and not (masked and np.isneginf(mat).all()) else None
 
 
 def figure_png(fig: dict, dpi: int = 90) -> bytes:
-    """The PNG of one of :func:`check_figures`' dicts."""
-    return png_bytes(plot_attention(fig["matrix"], fig["labels"], title=fig["title"],
+    """The PNG of one of :func:`check_figures`' dicts (one heatmap per head for [H, L, S])."""
+    mat = np.asarray(fig["matrix"], dtype=np.float64)
+    if mat.ndim == 3:
+        return png_bytes(plot_heads(mat, fig["labels"], title=fig["title"],
+                                    value_label=fig["value_label"]), dpi)
+    return png_bytes(plot_attention(mat, fig["labels"], title=fig["title"],
                                     value_label=fig["value_label"]), dpi)
 
 

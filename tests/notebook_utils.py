@@ -92,7 +92,7 @@ def _tensors_of(names):
     return out
 
 
-def _prelude(codes):
+def _prelude(codes, prelude=tuple(PRELUDE_CELLS)):
     """Run the unchanged set-up cells once; give what they define, unchanged.
 
     The objects are shared between runs (copying the layers would cost more than
@@ -100,7 +100,7 @@ def _prelude(codes):
     """
     import torch
 
-    key = tuple(codes[c] for c in PRELUDE_CELLS)
+    key = tuple(codes[c] for c in prelude)
     cached = _PRELUDE.get(key)
     if cached is not None:
         names, rng, saved = cached
@@ -110,7 +110,7 @@ def _prelude(codes):
             cached = None
     if cached is None:
         ns = _fresh_namespace()
-        for cid in PRELUDE_CELLS:
+        for cid in prelude:
             _run_cell(codes[cid], cell_id=cid)
         names = {k: v for k, v in ns.items() if not k.startswith("_")
                  and k not in ("In", "Out", "get_ipython", "exit", "quit", "open")}
@@ -122,7 +122,7 @@ def _prelude(codes):
     return dict(names)
 
 
-def run_steps(codes: dict, replace: dict | None = None, after=None) -> dict:
+def run_steps(codes: dict, replace: dict | None = None, after=None, cells=None) -> dict:
     """Execute the step cells' code in-process, as a student running them in order.
 
     ``replace`` maps cell id -> [(old, new), ...] substitutions (a mistake).
@@ -132,18 +132,20 @@ def run_steps(codes: dict, replace: dict | None = None, after=None) -> dict:
     when its test cell would run. Returns the namespace (a fresh one for every
     call). The set-up and data cells, unless ``replace`` changes them, run once
     per process: what they define is shared, and a run that changed it in place
-    makes the next run execute them again.
+    makes the next run execute them again. ``cells``: another lesson's code cells (its
+    set-up and data cells first), lesson 1's by default.
     """
     replace = replace or {}
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
-        cells = list(STEP_CELLS)
-        if not set(replace) & set(PRELUDE_CELLS):
-            names = _prelude(codes)
+        cells = list(cells or STEP_CELLS)
+        prelude = tuple(cells[:2])
+        if not set(replace) & set(prelude):
+            names = _prelude(codes, prelude)
             ns = _fresh_namespace()
             ns.update(names)
-            cells = cells[len(PRELUDE_CELLS):]
+            cells = cells[len(prelude):]
         else:
             ns = _fresh_namespace()
         for cid in cells:

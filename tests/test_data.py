@@ -95,3 +95,16 @@ def test_sinusoidal_positions():
     np.testing.assert_allclose(pe[0, 1::2], 1.0)
     with pytest.raises(ValueError, match="even d_model"):
         D.sinusoidal_positions(6, 7)
+
+
+def test_lesson2_output_layer_is_a_seeded_linear_weight():
+    """W_o (lesson 2) is nn.Linear(64, 64)'s weight drawn after the three projections from
+    the same seed, stored transposed (merged @ W_o); its range says the init was used."""
+    w_o = D.load_output()
+    assert w_o.shape == (64, 64) and w_o.dtype == np.float32
+    assert np.abs(w_o).max() <= 0.125 and np.abs(w_o).max() > 0.12
+    torch.manual_seed(D.SEED)
+    torch.nn.Embedding(5, 64)
+    for _ in range(3):
+        torch.nn.Linear(64, 64)
+    np.testing.assert_array_equal(torch.nn.Linear(64, 64).weight.detach().T.numpy(), w_o)

@@ -138,6 +138,22 @@ def test_verify_faces_every_check_of_the_spec():
     assert verify.GRADE_CELLS == spec.grade_cells
 
 
+def test_every_lesson_has_its_checks_and_ids_of_its_own():
+    """Check names and cell ids are unique across the course (verify.check_<name> and the
+    lookup by cell id serve every lesson); each lesson's checks are faced by verify."""
+    names = [c for spec in lessons.LESSONS.values() for c in spec.checks]
+    cells = [c for spec in lessons.LESSONS.values()
+             for c in (*spec.setup_cells, *(i for s in spec.steps for i in (s.cell, s.test)))]
+    assert len(names) == len(set(names)) and len(cells) == len(set(cells))
+    for spec in lessons.LESSONS.values():
+        assert lessons.lesson(spec.name) is spec
+        for check in spec.checks.values():
+            assert getattr(verify, f"check_{check.name}").__doc__ == check.doc
+            assert lessons.by_check(check.name) == (spec, check)
+        for step in spec.steps:
+            assert lessons.by_cell(step.test) == (spec, step)
+
+
 def test_the_hub_names_the_lessons_assignment_and_notebooks():
     """hub/classroom.py is imported by JupyterHub's own process, which never imports the
     course's engine: it keeps its own copies of these names, held equal to the spec's here."""
@@ -145,5 +161,7 @@ def test_the_hub_names_the_lessons_assignment_and_notebooks():
     from src import layout
 
     assert classroom.ASSIGNMENT == layout.ASSIGNMENT
-    assert {layout.SOURCE_NOTEBOOK.name, f"{layout.NOTEBOOK}.ipynb"} <= set(
-        classroom.COURSE_FILES)
+    assert classroom.ASSIGNMENTS == layout.ASSIGNMENTS
+    for name in layout.ASSIGNMENTS:
+        assert {layout.source_of(name).name, f"{layout.notebook_of(name)}.ipynb"} <= set(
+            classroom.COURSE_FILES)

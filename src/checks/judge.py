@@ -34,6 +34,7 @@ from src.checks.util import (
     _num,
     _short,
     _swap,
+    masks_agree,
     output_gradient,
 )
 from src.checks.verdict import (
@@ -124,9 +125,11 @@ def _contexts(lesson, check, views):
     own, constant = dict(ref), []
     for name in names.upstream:
         arr = views[name].real
-        # A function's input may hold -inf (a masked score); nothing else may be infinite.
+        # A function's input may hold -inf (a masked score), and any input where the
+        # reference's does (the lesson's mask); nothing else may be infinite.
         unusable = arr is None or np.isnan(arr).any() or np.isposinf(arr).any() or (
-            not check.uses_function and np.isneginf(arr).any())
+            not check.uses_function and np.isneginf(arr).any()
+            and not masks_agree(arr, ref[name]))
         if unusable:
             return [reference], [f"Your `{name}` is missing or not finite, so this step was "
                                  "checked against the reference tensors instead."]
@@ -144,7 +147,8 @@ def _contexts(lesson, check, views):
     context = _Context("your own tensors", own, check)
     try:
         expected = context.expected(names.outputs[0])
-        if not np.isfinite(expected).all():
+        if not np.isfinite(expected).all() and not masks_agree(
+                expected, reference.expected(names.outputs[0])):
             raise ValueError("not finite")
     except ValueError:
         return [reference], ["Your tensors from the cells before cannot be combined (their "
@@ -183,10 +187,20 @@ def _as_factor(arr, expected):
     """The factor c when arr == c * expected (c not 1 and not 0), else None."""
     if arr.shape != expected.shape or _constant(expected):
         return None
+    arr, expected = _unmasked(arr, expected)
     c = _ratio(arr, expected)
     if not np.isfinite(c) or abs(c - 1) < 1e-3 or abs(c) < 1e-6:
         return None
     return c if _close(arr, c * expected) else None
+
+
+def _unmasked(arr, expected):
+    """``arr`` and ``expected`` with the -inf entries they share (a right mask) set to 0,
+    so that the readings of a wrong result judge the entries outside the mask only."""
+    if np.isfinite(expected).all() or not masks_agree(arr, expected):
+        return arr, expected
+    mask = np.isneginf(expected)
+    return np.where(mask, 0.0, arr), np.where(mask, 0.0, expected)
 
 
 def _shows(m, variant=0) -> str:
@@ -630,6 +644,7 @@ def _behaviour(lesson, check, name, arr, ctx, view):
              or _structural(lesson, check, name, arr, expected)) if check.reference else None
     if found:
         return found
+    arr, expected = _unmasked(arr, expected)
     same = arr.shape == expected.shape
     if same and np.isfinite(arr).all() and np.isfinite(expected).all():
         found = _rounded(name, arr, expected) or (
@@ -702,7 +717,7 @@ def _variant_verdict(lesson, name, r):
         want = lesson.chain(x)[name]
     if got is not None and want.shape[:1] == (1,) and got.shape == want.shape[1:]:
         want = want[0]  # (a lost batch axis is charged on its own, not as this)
-    scale = tol["variant_scale"] * float(np.nanmax(np.abs(want), initial=0.0))
+    scale = tol["variant_scale"] * float(np.abs(want[np.isfinite(want)]).max(initial=0.0))
     # (a result in a lower precision is compared as the first run compared it, with that
     # precision's tolerance: its dtype is charged on its own, not as "right only here")
     base = tol["low"].get(str(got.dtype), tol["tol"]) if got is not None else tol["tol"]
@@ -791,11 +806,13 @@ def _match_masked(lesson, check, name, arr, contexts):
         if m.reproduce is None:
             continue
         for ctx in contexts:
-            for variant in ctx.variants(m, name):
+            for i, variant in enumerate(ctx.variants(m, name)):
                 if _close_masked(arr, variant):
-                    masked = int(np.isneginf(arr).sum())
-                    return m.id, (f"`{name}` holds -inf at {masked} of its {arr.size} "
-                                  f"entries; it equals {_shows(m)}.")
+                    masked, nan = int(np.isneginf(arr).sum()), int(np.isnan(arr).sum())
+                    holds = " and ".join(f"{what} at {n}" for what, n in (
+                        ("-inf", masked), ("NaN", nan)) if n)
+                    return m.id, (f"`{name}` holds {holds} of its {arr.size} "
+                                  f"entries; it equals {_shows(m, i)}.")
     return None, ""
 
 
@@ -857,7 +874,8 @@ def _judge_output(lesson, check, name, view, contexts, strict, inputs, cell):
         f.seen = (f"`{name}` should hold real floating-point numbers in a dense tensor, but "
                   f"{reason}.")
         return f
-    if not np.isfinite(arr).all():
+    if not np.isfinite(arr).all() and not any(masks_agree(arr, c.expected(name))
+                                              for c in contexts):
         f.mistake, f.seen = _match_masked(lesson, check, name, arr, contexts)
         if f.mistake is None:
             f.mistake = "nan_or_inf"
@@ -887,7 +905,9 @@ def _judge_output(lesson, check, name, view, contexts, strict, inputs, cell):
                      "and which axis "
                      "you transpose or reduce.")
         return f
-    err = np.abs(arr - expected)
+    arr, expected = _unmasked(arr, expected)
+    with np.errstate(all="ignore"):
+        err = np.nan_to_num(np.abs(arr - expected), nan=np.inf)
     i = np.unravel_index(int(err.argmax()), err.shape)
     f.message = (f"`{name}` has the right shape but wrong values. Next step: compare your "
                  "code with the formula above, line by line, and open the hint.\n"
@@ -923,7 +943,8 @@ def _right(lesson, check, f, name, view, arr, exact, lost, tol, inputs, strict, 
                 f"gradient raised {_short(view.grad_error, 160)}")
     elif check.vjp is not None and view.kind == "tensor" and cell.replayed and not lost \
             and not cell.mutated and not cell.own:  # (own inputs may not require grad)
-        wrong = _input_gradients(check, view, inp, arr)
+        # (with the output's name: a check of several outputs has a gradient for each)
+        wrong = _input_gradients(check, view, dict(inp, name=name), arr)
         if wrong and dtype_slip and not view.requires_grad:
             # both at once: one cause, numbers computed outside torch and brought back
             f.costs.remove(dtype_slip)
@@ -1059,7 +1080,31 @@ def judge(grade_id: str, data: Mapping, *, strict: bool = False,
             user.notes.insert(0, f"Your `{check.uses_function}` function is wrong too (its "
                               f"check above): `{check.outputs[0]}` comes from it, so fix the "
                               "function first, then run this cell again.")
+    _from_wrong_input(lesson, step, results)
     return Summary(list(results.values()))
+
+
+def _from_wrong_input(lesson, step, results):
+    """A result made in its cell from another output of the same cell that is wrong: said
+    so, when the lesson has words for it (``from_wrong_input``) and the result is wrong in
+    a way the other explains (NaN, or a behaviour read off its values); the other output
+    is charged in its own check."""
+    m = lesson.mistakes.get("from_wrong_input")
+    for check in step.checks if m is not None else ():
+        user = results.get(check.name)
+        if user is None or user.passed:
+            continue
+        wrong = [(n, results[c.name]) for c in step.checks if c is not check
+                 and c.name in results and results[c.name].score == 0
+                 for n in c.outputs if n in check.upstream]
+        own = lesson.mistakes.get(user.mistake)
+        if wrong and (own is None or own.kind in ("behaviour", "nan")):
+            n, other = wrong[0]
+            user.mistake, user.mistake_title = m.id, m.title
+            user.message = _mistake_text(m, f"`{check.outputs[0]}` is made in this cell from "
+                                            f"your `{n}`, which is wrong ("
+                                            f"{other.mistake_title or 'see its check'}).",
+                                         check.name)
 
 
 def judge_replay(grade_id: str, data: Mapping, own: Mapping | None = None, *,

@@ -83,7 +83,8 @@ class CheckResult:
         return ids + [i for i in self.shortfalls + self.pending if i not in ids]
 
     def values_of(self, name):
-        """The float64 array of ``name`` this check read, if real and finite; else None.
+        """The float64 array of ``name`` this check read, if real and finite (or -inf where
+        a mask put it); else None.
 
         For drawing (``verify.show`` draws the lesson's figures from them).
         """
@@ -133,7 +134,8 @@ class CheckResult:
                 arr = np.asarray(value, dtype=np.float64)
             except (TypeError, ValueError):
                 continue
-            if arr.size <= VALUES_SIZE and np.isfinite(arr).all():
+            # (finite, or -inf where a mask put it)
+            if arr.size <= VALUES_SIZE and not (np.isnan(arr).any() or np.isposinf(arr).any()):
                 seen[str(name)] = arr
         return cls(str(d["step"]), bool(d["passed"]), float(d["score"]),
                    float(d["max_score"]), str(d["message"]), d.get("mistake"),

@@ -86,12 +86,29 @@ def _listing(names):
 
 
 def _close(a, b, tol=None):
-    """np.allclose for finite arrays of the same shape (NaN and inf: never close)."""
+    """np.allclose for arrays of the same shape. NaN is never close; an infinity is close
+    only to the same infinity at the same place (a reference may hold -inf: a mask)."""
     tol = tol or TOL
     if a is None or b is None or a.shape != b.shape:
         return False
     with np.errstate(all="ignore"):
-        return bool((np.abs(a - b) <= tol["atol"] + tol["rtol"] * np.abs(b)).all())
+        # (finite b only: rtol * |inf| would call any number close to an infinity)
+        near = (np.abs(a - b) <= tol["atol"] + tol["rtol"] * np.abs(b)) & np.isfinite(b)
+        return bool((near | (np.isinf(a) & (a == b))).all())
+
+
+def masks_agree(a, b) -> bool:
+    """Whether ``a``'s entries that are not finite are exactly ``b``'s -inf entries (the
+    same mask; no NaN, no +inf). True for two finite arrays of the same shape."""
+    if a is None or b is None or a.shape != b.shape:
+        return False
+    return bool(np.array_equal(~np.isfinite(a), np.isneginf(b)) and
+                np.array_equal(np.isneginf(a), np.isneginf(b)))
+
+
+def finite_or_masked(a) -> bool:
+    """No NaN and no +inf: finite, or -inf where a mask put it."""
+    return a is not None and not (np.isnan(a).any() or np.isposinf(a).any())
 
 
 def tie_group_sums(a, scores, tie_tol):
@@ -114,11 +131,13 @@ def tie_group_sums(a, scores, tie_tol):
 
 
 def _close_masked(a, b, tol=None):
-    """Like :func:`_close`, but -inf entries match where both arrays hold -inf."""
+    """Like :func:`_close`, but -inf entries match where both arrays hold -inf, and NaN
+    where both hold NaN (what torch's softmax gives a slice that is all -inf)."""
     if a is None or b is None or a.shape != b.shape:
         return False
-    mask = np.isneginf(a)
-    if not np.array_equal(mask, np.isneginf(b)) or not np.isfinite(a[~mask]).all():
+    mask = np.isneginf(a) | np.isnan(a)
+    if not (np.array_equal(np.isneginf(a), np.isneginf(b))
+            and np.array_equal(np.isnan(a), np.isnan(b))) or not np.isfinite(a[~mask]).all():
         return False
     return _close(a[~mask], b[~mask], tol)
 

@@ -16,7 +16,7 @@ from typing import Mapping
 import numpy as np
 
 from src.checks.results import CheckResult, _mistake_text, _tidy
-from src.checks.util import INFO_FIELDS, LIMITS, _listing, _num, _short
+from src.checks.util import INFO_FIELDS, LIMITS, _listing, _num, _short, finite_or_masked
 
 
 class _Reader:
@@ -293,7 +293,7 @@ def _seen_arrays(views):
     out = {}
     for name, view in views.items():
         arr = view.real
-        if arr is not None and arr.size and np.isfinite(arr).all():
+        if arr is not None and arr.size and finite_or_masked(arr):  # (-inf: a mask)
             out[name] = arr
     return out
 

@@ -4,9 +4,10 @@ any of its cell ids (cell ids are unique across the course)."""
 from __future__ import annotations
 
 from src.lessons.attention import LESSON as ATTENTION
+from src.lessons.multihead import LESSON as MULTIHEAD
 
 #: Every lesson, by name (also its nbgrader assignment's name), in course order.
-LESSONS = {ATTENTION.name: ATTENTION}
+LESSONS = {ATTENTION.name: ATTENTION, MULTIHEAD.name: MULTIHEAD}
 
 
 def lesson(name: str = ATTENTION.name):

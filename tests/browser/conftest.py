@@ -101,7 +101,8 @@ def lab(tmp_path_factory):
     base = tmp_path_factory.mktemp("lab")
     work = base / "work"
     work.mkdir()
-    for name in ("lesson.ipynb", "complete_lesson.ipynb", "verify.py"):
+    for name in ("lesson.ipynb", "complete_lesson.ipynb", "multihead.ipynb",
+                 "complete_multihead.ipynb", "verify.py"):
         shutil.copy(ROOT / name, work / name)
     shutil.copy(ROOT / "lesson.ipynb", work / "student.ipynb")  # edited by a test
     for name in ("src", "data"):

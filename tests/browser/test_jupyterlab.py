@@ -50,9 +50,10 @@ def stderr_outputs(page):
                         "[data-mime-type='application/vnd.jupyter.stderr']")
 
 
-def wait_executed(page, cell_id, timeout=120_000):
+def wait_executed(page, cell_id, timeout=120_000, locate=None):
+    """Wait until ``cell_id`` has run (``locate(page, id)``: another notebook's cells)."""
     try:
-        expect(cell(page, cell_id).locator(".jp-InputPrompt").first).to_have_text(
+        expect((locate or cell)(page, cell_id).locator(".jp-InputPrompt").first).to_have_text(
             re.compile(r"\[\d+\]:"), timeout=timeout)
     except AssertionError as exc:  # say what stopped the run
         prompts = page.locator(f"{NOTEBOOK} .jp-CodeCell .jp-InputPrompt").all_inner_texts()
@@ -166,3 +167,50 @@ def test_student_answers_get_a_pass_and_a_named_mistake(page, lab, shots):
     cell(page, "cell4_projections_test").screenshot(path=shots / "05-student-cell4-pass.png")
     cell(page, "cell5_scores_test").scroll_into_view_if_needed()
     cell(page, "cell5_scores_test").screenshot(path=shots / "06-student-cell5-mistake.png")
+
+
+MH_IDS = [c["id"] for c in json.loads((LESSON.parent / "complete_multihead.ipynb").read_text())[
+    "cells"]]
+
+
+def mh_cell(page, cell_id):
+    return page.locator(f"{NOTEBOOK} .jp-Cell").nth(MH_IDS.index(cell_id))
+
+
+def test_lesson_2_opens_typeset_with_closed_hints_and_runs_with_per_head_heatmaps(
+        page, lab, shots):
+    """Lesson 2 (multihead.ipynb) as a student opens it, then its reference run in Lab:
+    each check cell passes and draws one figure of its heads; the closing cell agrees
+    with PyTorch's own layers."""
+    open_notebook(page, lab, "multihead.ipynb")
+    expect(page.locator(f"{NOTEBOOK} .jp-RenderedMarkdown h1").first).to_contain_text(
+        "lesson 2: multi-head and causal attention")
+    headings = " | ".join(page.locator(f"{NOTEBOOK} .jp-RenderedMarkdown h2").all_inner_texts())
+    for title in ("Cell 4 — Split into heads", "Cell 5 — Masked scaled scores, per head",
+                  "Cell 6 — Weights and weighted values, per head",
+                  "Cell 7 — Merge the heads, apply"):
+        assert title in headings
+    assert page.locator(f"{NOTEBOOK} .jp-RenderedMarkdown mjx-container").count() >= 15
+    text = rendered_markdown_text(page)
+    assert "$$" not in text and "\\frac" not in text and "\\begin{cases}" not in text
+    hints = page.locator(f"{NOTEBOOK} .jp-RenderedMarkdown details")
+    assert hints.count() == 12  # a nudge, the shapes, then the lines, for cells 4-7
+    assert all(hints.nth(i).get_attribute("open") is None for i in range(hints.count()))
+    page.screenshot(path=shots / "20-lesson2-opened.png")
+
+    open_notebook(page, lab, "complete_multihead.ipynb")
+    run_all(page)
+    wait_executed(page, "mh_closing_heads", locate=mh_cell)
+    assert stderr_outputs(page).count() == 0, stderr_outputs(page).all_inner_texts()
+    for cid, line in (("mh_cell4_split_test", "Cell 4 — split into heads: 2/2 points"),
+                      ("mh_cell5_scores_test", "Cell 5 — masked scaled scores per head: 2/2"),
+                      ("mh_cell7_merge_test", "Cell 7 — merge the heads and apply W_o: 2/2")):
+        out = mh_cell(page, cid).locator(".jp-OutputArea .jp-RenderedMarkdown").first
+        expect(out).to_contain_text(line)
+        expect(mh_cell(page, cid).locator(".jp-OutputArea img")).to_have_count(1)
+        # the text alternative beside the figure: one line per head
+        expect(mh_cell(page, cid).locator(".jp-OutputArea")).to_contain_text("head 7: ")
+    expect(mh_cell(page, "mh_closing_torch")).to_contain_text(
+        "same as nn.MultiheadAttention: True")
+    mh_cell(page, "mh_cell5_scores_test").scroll_into_view_if_needed()
+    mh_cell(page, "mh_cell5_scores_test").screenshot(path=shots / "21-lesson2-cell5-heads.png")

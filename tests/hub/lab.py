@@ -96,11 +96,12 @@ def student_action(person, button, endpoint, scope="body"):
     return resp.value
 
 
-def submit(person):
+def submit(person, assignment="attention"):
     page = person.page
     page.goto(f"{person.url}/lab")
     assignment_list(person)
-    answer = student_action(person, "Submit", "/assignments/submit", "#fetched_assignments_list")
+    answer = student_action(person, "Submit", "/assignments/submit",
+                            f"#fetched_assignments_list > .list_item:has-text('{assignment}')")
     assert answer.ok and answer.json()["success"], answer.text()
 
 

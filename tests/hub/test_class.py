@@ -74,9 +74,9 @@ def names(room):
     return room_.instructor, *room_.student_names
 
 
-def open_lesson(person):
+def open_lesson(person, assignment="attention", notebook="lesson"):
     page = person.page
-    page.goto(f"{person.url}/lab/tree/attention/lesson.ipynb")
+    page.goto(f"{person.url}/lab/tree/{assignment}/{notebook}.ipynb")
     page.wait_for_selector(f"{NOTEBOOK} .jp-Cell")
     expect(page.locator(f"{NOTEBOOK} .jp-Cell").first).to_be_visible()
     return page
@@ -86,11 +86,11 @@ def cell(page, cell_id, ids):
     return page.locator(f"{NOTEBOOK} .jp-Cell").nth(ids.index(cell_id))
 
 
-def type_answers(person, sources):
+def type_answers(person, sources, assignment="attention", notebook="lesson", answers=ANSWERS):
     """Type each answer into its cell (cells 4-7), then save."""
-    page = open_lesson(person)
-    ids = classroom_cell_ids(person)
-    for cid in ANSWERS:
+    page = open_lesson(person, assignment, notebook)
+    ids = classroom_cell_ids(person, assignment, notebook)
+    for cid in answers:
         editor = cell(page, cid, ids).locator(".cm-content")
         editor.click()
         page.keyboard.press("Control+A")
@@ -101,9 +101,9 @@ def type_answers(person, sources):
     expect(page.locator(".jp-mod-current.jp-mod-dirty")).to_have_count(0)
 
 
-def classroom_cell_ids(person) -> list[str]:
+def classroom_cell_ids(person, assignment="attention", notebook="lesson") -> list[str]:
     """The cell ids of the student's fetched notebook, in order (read as root)."""
-    path = person.room.home(person.name) / "attention" / "lesson.ipynb"
+    path = person.room.home(person.name) / assignment / f"{notebook}.ipynb"
     return [c.get("id") for c in json.loads(path.read_text())["cells"]]
 
 
@@ -126,12 +126,12 @@ def inbound(room, student):
                   if p.name.startswith(f"{student}+"))
 
 
-def gradebook_cells(room, student) -> dict:
+def gradebook_cells(room, student, assignment=classroom.ASSIGNMENT) -> dict:
     from nbgrader.api import Gradebook
 
     url = f"sqlite:///{room.course_dir / 'gradebook.db'}"
     with Gradebook(url, classroom.COURSE_ID) as gb:
-        sub = gb.find_submission(classroom.ASSIGNMENT, student)
+        sub = gb.find_submission(assignment, student)
         return {g.name: g.auto_score for nb in sub.notebooks for g in nb.grades}
 
 
@@ -488,3 +488,72 @@ def test_6_a_students_terminal_cannot_reach_other_people(room, people, names):
     assert [ln for ln in lines[1:] if not ln.startswith("DENIED")] == [], lines
     assert len(lines) == 1 + len(paths)
     assert result.stat().st_uid == room_.home(me).stat().st_uid  # written by the student
+
+
+# --------------------------------------------------------------------- lesson 2
+def test_7_a_class_takes_lesson_2_from_release_to_feedback(room, people, names, shots):
+    """Lesson 2 (the assignment multihead) on the same hub: released in the Formgrader;
+    student1 fetches it, types the four answers, validates and submits; student2 submits
+    it with Cell 5's causal mask left out. Collected and autograded in the sandbox: 8/8
+    and 6/8, cell by cell; feedback released, student2 sees Cell 5 named."""
+    from src import lessons
+    from tests import corpus_multihead as mh
+
+    room_, _ = room
+    spec = lessons.lesson("multihead")
+    teacher, right, wrong = (people(n) for n in names[:3])
+    page = teacher.page
+    page.goto(f"{teacher.url}/formgrader/manage_assignments")
+    row = page.locator("#main-table tr", has=page.locator("td.name", has_text="multihead"))
+    expect(row).to_have_count(1)
+    for cls, endpoint in (("assign", "/assign"), ("release", "/release")):
+        result = formgrader_action(page, row, cls, endpoint)
+        assert result["success"], (endpoint, result.get("error"), result.get("log"))
+
+    solved = mh.sources(mh.ATTEMPTS[0])
+    no_mask = mh.sources(next(a for a in mh.ATTEMPTS if a.name == "no mask"))
+    answers = tuple(s.cell for s in spec.steps)
+    for person, sources in ((right, solved), (wrong, no_mask)):
+        person.page.goto(f"{person.url}/lab")
+        assignment_list(person)
+        answer = student_action(
+            person, "Fetch", "/assignments/fetch",
+            "#released_assignments_list > .list_item:has-text('multihead')")
+        assert answer.ok and answer.json()["success"], answer.text()
+        type_answers(person, sources, spec.name, spec.notebook, answers)
+        if person is right:
+            dialog = validate(person)
+            expect(dialog).to_contain_text("Success!")
+            close_dialog(person.page)
+        submit(person, spec.name)
+
+    page.goto(f"{teacher.url}/formgrader/manage_assignments")
+    row = page.locator("#main-table tr", has=page.locator("td.name", has_text="multihead"))
+    assert formgrader_action(page, row, "collect", "/collect")["success"]
+    page.goto(f"{teacher.url}/formgrader/manage_submissions/{spec.name}")
+    for student in names[1:3]:
+        srow = page.locator("#main-table tr", has=page.locator(".student-id", has_text=student))
+        result = formgrader_action(page, srow, "autograde", f"/{student}/autograde")
+        assert result["success"], result.get("error") or result.get("log")
+    full = {s.test: 2.0 for s in spec.steps}
+    assert gradebook_cells(room_, names[1], spec.name) == full
+    assert gradebook_cells(room_, names[2], spec.name) == {**full, "mh_cell5_scores_test": 0.0}
+    page.screenshot(path=shots / "hub-8-lesson2-autograded.png")
+
+    page.goto(f"{teacher.url}/formgrader/manage_assignments")
+    row = page.locator("#main-table tr", has=page.locator("td.name", has_text="multihead"))
+    for cls, endpoint in (("generate-feedback", "/generate_feedback"),
+                          ("release-feedback", "/release_feedback")):
+        result = formgrader_action(page, row, cls, endpoint)
+        assert result["success"], (endpoint, result.get("error"), result.get("log"))
+    wrong.page.goto(f"{wrong.url}/lab")
+    assignment_list(wrong)
+    answer = student_action(
+        wrong, "Fetch Feedback", "/assignments/fetch_feedback",
+        "#submitted_assignments_list > .list_item:has-text('multihead')")
+    assert answer.ok and answer.json()["success"], answer.text()
+    (feedback,) = (room_.home(names[2]) / spec.name / "feedback").glob(
+        f"*/{spec.notebook}.html")
+    html = feedback.read_text()
+    assert re.findall(r"\(Score: ([\d.]+) / ([\d.]+)\)", html)[0] == ("6", "8")
+    assert "the causal mask is missing" in html

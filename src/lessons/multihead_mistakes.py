@@ -1,0 +1,265 @@
+"""Lesson 2's catalogue of common mistakes (multi-head and causal attention).
+
+Its own entries, one per mistake of its steps, then the engine's general ones
+("any": a lost batch axis, a dtype, an error ...) taken from lesson 1's catalogue,
+where they are written once; the few whose words name lesson 1's cells or numbers
+are said again here in this lesson's. Read by ``src/lessons/multihead.py``.
+
+Shape legend: B = 1 batch, H = 8 heads, L = S = 6 tokens, d_k = 8, d_model = 64;
+query, key, value [B, L, d_model]; q_heads, k_heads, v_heads, head_outputs
+[B, H, L, d_k]; head_scores, head_weights [B, H, L, S]; attention_output
+[B, L, d_model]; W_o [d_model, d_model].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from src.checks.util import _softmax, _swap
+from src.lessons.attention_mistakes import ENTRIES as _LESSON1_ENTRIES
+from src.spec import Mistake
+
+#: The lesson's sizes: each head's width d_k (its √d_k scales the scores).
+N_HEADS, D_K, D_MODEL, LENGTH = 8, 8, 64, 6
+SQRT_DK = math.sqrt(D_K)
+#: The causal mask, PyTorch's convention: True where a query may attend (on and below the
+#: diagonal). [L, S]
+CAUSAL = np.tril(np.ones((LENGTH, LENGTH), dtype=bool))
+HALF = 0.5
+
+ENTRIES: list = []
+
+
+def _m(id, step, title, cause, next_step, **kw):
+    ENTRIES.append(Mistake(id, step, title, cause, next_step, **kw))
+
+
+def split(t):
+    """[B, L, d_model] -> [B, H, L, d_k]: head h takes features h*d_k ... h*d_k + d_k - 1."""
+    return np.swapaxes(t.reshape(t.shape[0], LENGTH, N_HEADS, D_K), 1, 2)
+
+
+def merge(h):
+    """[B, H, L, d_k] -> [B, L, d_model], the inverse of :func:`split`."""
+    return np.swapaxes(h, 1, 2).reshape(h.shape[0], LENGTH, D_MODEL)
+
+
+def masked(s, keep=CAUSAL, fill=-np.inf):
+    """Scores [..., L, S] with ``fill`` where ``keep`` is False."""
+    return np.where(keep, s, fill)
+
+
+#: The tensor each head tensor is split from.
+SOURCE_OF = {"q_heads": "query", "k_heads": "key", "v_heads": "value"}
+
+
+def _torch_softmax(x, axis):
+    """torch.softmax's result: NaN for a slice that is all -inf (the set-up's gives 0)."""
+    with np.errstate(all="ignore"):
+        e = np.exp(x - x.max(axis=axis, keepdims=True))
+        return e / e.sum(axis=axis, keepdims=True)
+
+
+def _raw(inp):
+    return inp["q_heads"] @ _swap(inp["k_heads"])
+
+
+# Cell 4: split into heads.
+_m("split_without_transpose", "split_heads", "the heads were cut off with a reshape alone",
+   "a reshape or view to [1, 8, 6, 8] keeps the memory order, in which the 64 features "
+   "of one token come together: each 'head' then holds pieces of several tokens",
+   "first view the features as [1, 6, 8, 8] (batch, token, head, d_k), then swap the token "
+   "and head axes with .transpose(1, 2)",
+   reproduce=lambda inp: inp[SOURCE_OF[inp["name"]]].reshape(1, N_HEADS, LENGTH, D_K),
+   shows="the tensor reshaped to [1, 8, 6, 8] without moving the head axis")
+_m("heads_not_moved", "split_heads", "the head axis was not moved before the tokens",
+   "the features were split into 8 heads of 8, but the result is [1, 6, 8, 8] (batch, "
+   "token, head, d_k): the head axis must come before the token axis, so that each head's "
+   "[6, 8] matrix is one attention problem",
+   "add .transpose(1, 2) after the view: [1, 6, 8, 8] -> [1, 8, 6, 8]",
+   reproduce=lambda inp: inp[SOURCE_OF[inp["name"]]].reshape(1, LENGTH, N_HEADS, D_K),
+   shows="[1, 6, 8, 8] (batch, token, head, d_k)")
+_m("heads_interleaved", "split_heads", "each head takes every 8th feature",
+   "the 64 features were viewed as [8, 8] in the other order (d_k first, then heads), so "
+   "head h got features h, h+8, h+16, ... instead of the block h*8 ... h*8+7",
+   "view the last axis as (8 heads, 8 features) in that order: .view(1, 6, 8, 8)"
+   ".transpose(1, 2)",
+   reproduce=lambda inp: np.transpose(inp[SOURCE_OF[inp["name"]]].reshape(
+       1, LENGTH, D_K, N_HEADS), (0, 3, 1, 2)),
+   shows="heads made of every 8th feature")
+
+# Cell 5: per-head scaled scores with the causal mask.
+_m("head_scores_not_scaled", "head_scores", "the scores are not scaled by 1/√d_k",
+   "the product of each head's queries and keys was masked but not divided by √d_k",
+   "divide by math.sqrt(d_k), where d_k = 8 is each head's width",
+   reproduce=lambda inp: masked(_raw(inp)), shows="the masked product, not scaled")
+_m("head_scores_by_8", "head_scores", "divided by 8, not by √8",
+   "8 is d_k itself here (and √64, the square root of d_model): each head's vectors have "
+   "d_k = 8 entries, so the scaling is 1/√8 ≈ 0.354",
+   "divide by math.sqrt(d_k) with d_k = 8 (or math.sqrt(q_heads.shape[-1])), not by 8, "
+   "math.sqrt(64) or math.sqrt(query.shape[-1])",
+   reproduce=lambda inp: masked(_raw(inp) / D_K), shows="the masked product divided by 8")
+_m("head_scores_by_d_model", "head_scores", "divided by d_model, 64",
+   "64 is d_model, the width of the whole embedding; each head's scores are scaled by the "
+   "head's own width: √d_k = √8",
+   "divide by math.sqrt(d_k) with d_k = 8",
+   reproduce=lambda inp: masked(_raw(inp) / D_MODEL), shows="the masked product divided by 64")
+_m("head_scores_times_sqrt_dk", "head_scores", "multiplied by √d_k instead of divided",
+   "the product was multiplied by √d_k, which widens the scores instead of bringing their "
+   "spread back to about 1",
+   "divide by math.sqrt(d_k)",
+   reproduce=lambda inp: masked(_raw(inp) * SQRT_DK), shows="the masked product times √8")
+_m("no_causal_mask", "head_scores", "the causal mask is missing",
+   "every token may look at every other one, the later ones included: a decoder that "
+   "predicts the next token must not see it",
+   "set the scores where causal_mask is False to -inf: scores.masked_fill(~causal_mask, "
+   "float('-inf'))",
+   reproduce=lambda inp: _raw(inp) / SQRT_DK, shows="the scaled scores, nothing masked")
+_m("mask_inverted", "head_scores", "the mask is the wrong way round",
+   "-inf was put where causal_mask is True (a token and the ones before it) and the later "
+   "tokens kept: causal_mask says where a query MAY look (PyTorch's convention)",
+   "mask where causal_mask is False: masked_fill(~causal_mask, float('-inf')), or "
+   "torch.where(causal_mask, scores, float('-inf'))",
+   reproduce=lambda inp: masked(_raw(inp) / SQRT_DK, ~CAUSAL),
+   shows="-inf on and below the diagonal, the later tokens kept")
+_m("mask_transposed", "head_scores", "each token sees the later tokens, not the earlier",
+   "-inf was put below the diagonal instead of above it (a triu where a tril belongs, or "
+   "the mask transposed): token i must see tokens 0 ... i",
+   "use causal_mask as it is (True on and below the diagonal) and put -inf where it is "
+   "False",
+   reproduce=lambda inp: masked(_raw(inp) / SQRT_DK, CAUSAL.T),
+   shows="-inf below the diagonal")
+_m("mask_hides_self", "head_scores", "each token is hidden from itself",
+   "-inf was put on the diagonal too, so a token may not attend to itself and the first "
+   "token has nothing to attend to (its whole row is -inf)",
+   "mask only the later tokens, above the diagonal: causal_mask is True on the diagonal",
+   reproduce=lambda inp: masked(_raw(inp) / SQRT_DK, np.tril(CAUSAL, -1)),
+   shows="-inf on and above the diagonal")
+_m("mask_with_zero", "head_scores", "the masked scores were set to 0, not -inf",
+   "a score of 0 still gets weight e⁰ = 1 in the softmax, as much as any other: only "
+   "-inf gives a later token weight 0",
+   "fill with float('-inf'): masked_fill(~causal_mask, float('-inf'))",
+   reproduce=lambda inp: masked(_raw(inp) / SQRT_DK, fill=0.0),
+   shows="0 where the mask hides a score")
+_m("mask_finite", "head_scores", "a large finite number instead of -inf",
+   "a number such as -1e9 stands in for -inf: the weights come out nearly the same, but "
+   "the scores are not what the mask means, and a row whose keys are all hidden would "
+   "spread its weight evenly instead of giving zeros",
+   "fill with float('-inf') itself (the lesson's mask convention)",
+   reproduce=lambda inp: [masked(_raw(inp) / SQRT_DK, fill=f) for f in (
+       -1e9, -1e4, -1e10, -1e20, -1e30, float(np.finfo(np.float32).min), -1e38)],
+   shows="a large negative number where the mask hides a score")
+_m("head_scores_transposed", "head_scores", "the product is transposed (K Qᵀ)",
+   "each head's scores were computed as keys times queries, so row i holds key i's "
+   "scores: the mask then hides the wrong pairs",
+   "queries on the left: q_heads @ k_heads.transpose(-2, -1)",
+   reproduce=lambda inp: masked(_swap(_raw(inp)) / SQRT_DK), shows="(K Qᵀ) / √8, masked")
+_m("softmax_in_head_scores", "head_scores", "the softmax was applied already",
+   "the scores are already the weights: the softmax belongs to Cell 6",
+   "stop at the masked, scaled scores here",
+   reproduce=lambda inp: _softmax(masked(_raw(inp) / SQRT_DK)),
+   shows="the softmax of the masked scores")
+
+# Cell 6: weights, and each head's weighted values.
+_m("head_softmax_wrong_axis", "head_weights", "the softmax runs over the wrong axis",
+   "each query's weights over the keys must sum to 1: the softmax runs over the last "
+   "axis (the keys)",
+   # (in words: a message never writes out the call with its axis, which is the answer)
+   "apply the softmax along the last axis, the keys', so that each query's weights sum "
+   "to 1 in every head",
+   reproduce=lambda inp: [f(inp["head_scores"], a) for a in (-2, 1, 0)
+                          for f in (_softmax, _torch_softmax)],
+   shows=tuple(s for s in ("the softmax over the queries (dim=-2)",
+                           "the softmax over the heads (dim=1)",
+                           "the softmax over the batch (dim=0)") for _ in (0, 1)))
+_m("head_softmax_missing", "head_weights", "the softmax was not applied",
+   "head_weights holds the scores themselves, -inf included",
+   "apply the set-up's softmax to head_scores along the keys (dim=-1)",
+   reproduce=lambda inp: inp["head_scores"], shows="head_scores unchanged")
+_m("head_scores_rescaled", "head_weights", "the scores were scaled again",
+   "Cell 5 already divided by √d_k; dividing again flattens every row",
+   "apply the softmax to head_scores as they are",
+   reproduce=lambda inp: [_softmax(inp["head_scores"] / f) for f in (SQRT_DK, D_K)],
+   shows=("the softmax of head_scores / √8", "the softmax of head_scores / 8"))
+_m("mask_after_softmax", "head_weights", "the mask was applied after the softmax",
+   "the weights of the later tokens were zeroed after a softmax over all tokens, so a "
+   "row no longer sums to 1",
+   "use head_scores, already masked with -inf, and apply the softmax to them: e^-inf = 0",
+   reproduce=lambda inp: _softmax(_raw(inp) / SQRT_DK) * CAUSAL,
+   shows="the unmasked softmax, then zeros above the diagonal")
+_m("head_outputs_weights_transposed", "head_outputs", "the weights are transposed",
+   "each head's weights were transposed before the product, so output i mixes the values "
+   "with key i's column of weights",
+   "head_weights @ v_heads, with no transpose",
+   reproduce=lambda inp: _swap(inp["head_weights"]) @ inp["v_heads"],
+   shows="head_weightsᵀ @ v_heads")
+_m("head_outputs_not_weighted", "head_outputs", "the values were not weighted",
+   "head_outputs is v_heads itself (or a copy): nothing mixes the tokens' values",
+   "multiply: head_weights @ v_heads",
+   reproduce=lambda inp: inp["v_heads"], shows="v_heads unchanged")
+
+_m("from_wrong_input", "head_outputs", "made from weights that are wrong",
+   "head_outputs comes from head_weights, made in the same cell, and those are wrong (their "
+   "check, just above, names the mistake): the product cannot be right on them",
+   "fix head_weights first, then run the cell again", kind="behaviour")
+
+# Cell 7: merge the heads and apply W_o.
+_m("merge_without_transpose", "multihead_output", "the heads were merged without moving them back",
+   "a reshape of [1, 8, 6, 8] straight to [1, 6, 64] keeps the memory order (head, "
+   "token, feature), so each output row holds pieces of several tokens",
+   "first .transpose(1, 2) to [1, 6, 8, 8] (batch, token, head, d_k), then .reshape(1, 6, "
+   "64), then @ W_o",
+   reproduce=lambda inp: inp["head_outputs"].reshape(1, LENGTH, D_MODEL) @ inp["W_o"],
+   shows="head_outputs reshaped to [1, 6, 64] as stored, then @ W_o")
+_m("merge_interleaved", "multihead_output", "the heads' features were interleaved",
+   "the features were merged in the order (d_k, head), so feature j of head h lands at "
+   "h + 8j instead of 8h + j: W_o then mixes the wrong features",
+   "transpose to [1, 6, 8, 8] (batch, token, head, d_k) and reshape to [1, 6, 64]",
+   reproduce=lambda inp: np.transpose(inp["head_outputs"], (0, 2, 3, 1)).reshape(
+       1, LENGTH, D_MODEL) @ inp["W_o"],
+   shows="the merge in (feature, head) order, then @ W_o")
+_m("w_o_transposed", "multihead_output", "W_o was applied transposed",
+   "W_o is stored as the formula writes it, [H·d_k, d_model]: merged @ W_o. The "
+   "transposed form (merged @ W_o.T) is nn.Linear's convention for its weight",
+   "multiply by W_o as it is: merged @ W_o",
+   reproduce=lambda inp: merge(inp["head_outputs"]) @ _swap(inp["W_o"]),
+   shows="merged @ W_oᵀ")
+_m("w_o_missing", "multihead_output", "W_o was not applied",
+   "the heads were merged but not mixed: the output layer W_o lets each output feature "
+   "draw on every head",
+   "multiply the merged tensor by W_o: merged @ W_o",
+   reproduce=lambda inp: merge(inp["head_outputs"]), shows="the merged heads, without W_o")
+
+
+# The engine's general entries, written once in lesson 1's catalogue; those whose words
+# name lesson 1's cells or numbers are said here in this lesson's.
+_SAID_HERE = {
+    "imprecise": dict(
+        cause="the values agree to about 4 digits but not to float32 precision: a rounded "
+              "constant (such as 2.83 for √8) or a lower-precision step",
+        next_step="use math.sqrt(d_k) and keep the tensors in float32"),
+    "undefined_name": dict(
+        cause="each step cell is judged on its own: it sees the set-up (Cells 2-3) and the "
+              "tensors of the steps before it, not names made in other cells (or the name "
+              "has a typo)",
+        next_step="define that name in this cell, or use the set-up's query, key, value, "
+                  "causal_mask, softmax, W_o, n_heads, d_k, d_model"),
+    "lost_batch_dimension": dict(
+        next_step="keep the shape [1, ...]: use .transpose(-2, -1) and views that keep the "
+                  "batch axis, not .T, [0] or .squeeze()", examples={}),
+    "axes_permuted": dict(
+        cause="the values are right but the axes are in another order: a transpose or "
+              "permute of the wrong axes (or .T, which reverses every axis)",
+        next_step="keep the axes in the order the task gives them: (batch, head, token, "
+                  "d_k) for the heads, (batch, token, feature) for the output",
+        examples={}),
+}
+ENTRIES += [dataclasses.replace(m, **_SAID_HERE.get(m.id, {}))
+            for m in _LESSON1_ENTRIES if m.step == "any"]
+
+#: The catalogue: every mistake the checks can name, in the order they are tried.
+MISTAKES: dict[str, Mistake] = {m.id: m for m in ENTRIES}
+assert len(MISTAKES) == len(ENTRIES), "duplicate mistake ids"

@@ -227,11 +227,15 @@ def test_wrong_attempts_agree(kernel, name):
 
 
 def test_the_road_is_the_only_road():
-    """verify.py NOTEBOOK, grading and the live check all call src/road.py's verdicts."""
+    """verify.py NOTEBOOK and Validate (through src/validate.py's WarmReplay), grading and
+    the live check all call src/road.py's verdicts."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    for path in ("src/checks/runner.py", "src/grading.py", "src/live.py"):
+    for path in ("src/validate.py", "src/grading.py", "src/live.py"):
         assert "road.verdicts(" in (root / path).read_text(), path
+    for path in ("src/checks/runner.py", "attention_validate.py"):  # (through the worker)
+        text = (root / path).read_text()
+        assert "WarmReplay" in text or "src.validate" in text, path
     assert road.verdicts.__module__ == "src.road"
     assert SOURCE.exists()

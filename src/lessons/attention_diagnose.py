@@ -290,12 +290,27 @@ def _explanations(lesson, outs):
     return result
 
 
+def _returned(out, expected) -> str:
+    """"returned A instead of B", whole when short; else only the first row (along the
+    last axis) that differs, so that every number said is whole and can be retyped."""
+    whole = f"returned {_fmt(out)} instead of {_fmt(expected)}"
+    if len(whole) <= 160 or np.shape(out) != np.shape(expected) or np.ndim(out) < 2:
+        return whole
+    rows_o, rows_e = np.reshape(out, (-1, out.shape[-1])), np.reshape(expected,
+                                                                      (-1, out.shape[-1]))
+    for k, (o, e) in enumerate(zip(rows_o, rows_e)):
+        if not _close(o, e):
+            where = [int(v) for v in np.unravel_index(k, out.shape[:-1])]
+            return (f"returned in its row {where} {_fmt(o)} instead of {_fmt(e)} "
+                    f"(shape {list(out.shape)})")
+    return whole
+
+
 def _probe_seen(probe, out, error, line):
     if error:
         at = f" at `{line}`" if line else ""
         return f"on {probe.label} ({probe.shown}) your softmax raised {error}{at}."
-    return (f"on {probe.label} ({probe.shown}) your softmax returned {_fmt(out)} instead "
-            f"of {_fmt(probe.expected)}.")
+    return f"on {probe.label} ({probe.shown}) your softmax {_returned(out, probe.expected)}."
 
 
 #: Readable names of autograd nodes a student meets (others: the node's own name).
@@ -382,7 +397,8 @@ def _softmax_verdict(lesson, r, strict, cell):
     if r.flag("replay.python_node"):
         return ("custom_autograd", "the weights' autograd graph holds a Function of your "
                 "own (a class with forward and backward).")
-    mutated = [i for i in range(n) if r.flag(f"softmax.p{i}.mutated")]
+    mutated = sorted((i for i in range(n) if r.flag(f"softmax.p{i}.mutated")),
+                     key=lambda i: _evidence_rank(probes[i]))  # (one printed in full first)
     if mutated:
         return "mutates_input", f"calling softmax on {probes[mutated[0]].shown} changed that x."
     if "attention_scores" in cell.mutated:
@@ -425,7 +441,8 @@ def _softmax_verdict(lesson, r, strict, cell):
              if out is None or not _close(out, p.expected)]
     # Right values that left autograd (a built-in under no_grad, NumPy inside ...): a probe
     # whose values are wrong is named by those instead.
-    left = [i for i in detached if i not in wrong]
+    left = sorted((i for i in detached if i not in wrong),
+                  key=lambda i: _evidence_rank(probes[i]))  # (one printed in full first)
     if left:
         return ("softmax_leaves_autograd", f"on {probes[left[0]].shown}, an input that "
                 "requires grad like the lesson's scores, it returned a tensor that does not.")
@@ -467,7 +484,8 @@ def _softmax_verdict(lesson, r, strict, cell):
     if like and other and not set(like) & set(wrong):
         j = min(other, key=lambda j: _evidence_rank(probes[j]))
         return "softmax_fixed_layout", _probe_seen(probes[j], outs[j], errors[j], lines[j])
-    failed = [j for j in wrong if errors[j]]
+    failed = sorted((j for j in wrong if errors[j]),
+                    key=lambda j: _evidence_rank(probes[j]))  # (one printed in full first)
     for j in failed:
         mid = _error_entry(lesson, errors[j], lines[j], _check(lesson))
         if mid:
@@ -477,7 +495,8 @@ def _softmax_verdict(lesson, r, strict, cell):
         return "softmax_raises", _probe_seen(probes[j], None, errors[j], lines[j])
     # No entry gives its output on every probe: say what it does instead (a partial match
     # named one mistake for another).
-    tame = [j for j in wrong if _tame(probes[j]) and outs[j] is not None]
+    tame = sorted((j for j in wrong if _tame(probes[j]) and outs[j] is not None),
+                  key=lambda j: _evidence_rank(probes[j]))  # (one printed in full first)
     for mid, (_, where) in explained.items():  # wrong on ordinary numbers as an entry is
         if tame and set(tame) <= where:
             return mid, _probe_seen(probes[tame[0]], outs[tame[0]], "", "")
@@ -511,8 +530,13 @@ def _same_for_every_input(r, probes):
     if len(got) < 3 or any(o.shape != got[0][1].shape for _, o in got) or (
             len(shapes) < 2 and any(not np.array_equal(o, got[0][1]) for _, o in got)):
         return ""  # (one output shape for inputs of several shapes: not computed from x)
-    return (f"on {probes[got[0][0]].shown} and on {probes[got[1][0]].shown} it returned the "
-            f"same {list(got[0][1].shape)} result, {_fmt(got[0][1])}.")
+    a, b = sorted((i for i, _ in got), key=lambda i: (  # (two printed in full first)
+        "..." in probes[i].shown or "…" in probes[i].shown, probes[i].x.size))[:2]
+    said = _fmt(got[0][1])
+    if len(said) > 160:  # (its first row, whole: every number said can be retyped)
+        said = f"whose first row is {_fmt(np.reshape(got[0][1], (-1, got[0][1].shape[-1]))[0])}"
+    return (f"on {probes[a].shown} and on {probes[b].shown} it returned the same "
+            f"{list(got[0][1].shape)} result, {said}.")
 
 
 def _evidence_rank(probe):
@@ -533,10 +557,11 @@ def _softmax_behaviour(probes, outs, wrong):
         return f"on {probes[i].label} ({probes[i].shown}) {what}."
 
     last = [i for i, p in enumerate(probes) if p.dim == -1]
-    if all(i not in wrong for i in last) and outs[wrong[0]] is not None:
-        i = wrong[0]
-        return "ignores_dim", seen(i, f"it returned {_fmt(outs[i])} instead of "
-                                      f"{_fmt(probes[i].expected)}")
+    shown = sorted((i for i in wrong if outs[i] is not None),
+                   key=lambda i: _evidence_rank(probes[i]))  # (one printed in full first)
+    if all(i not in wrong for i in last) and shown:
+        i = shown[0]
+        return "ignores_dim", seen(i, f"it {_returned(outs[i], probes[i].expected)}")
     tame = sorted((i for i in wrong if _tame(probes[i]) and outs[i] is not None),
                   key=lambda i: _evidence_rank(probes[i]))  # (one printed in full first)
     for i in tame:  # wrong on ordinary numbers: the formula itself
@@ -547,22 +572,20 @@ def _softmax_behaviour(probes, outs, wrong):
         if not np.isfinite(out).all() or not np.allclose(sums, 1.0, atol=1e-4):
             return "softmax_not_normalised", seen(
                 i, f"the sums along dim={p.dim} are {_fmt(sums)}, not 1")
-        return "softmax_not_exp", seen(i, f"it returned {_fmt(out)} instead of "
-                                          f"{_fmt(p.expected)}")
+        return "softmax_not_exp", seen(i, f"it {_returned(out, p.expected)}")
     for i in wrong:  # wrong where no -inf is, on an input holding -inf elsewhere
         p = probes[i]
         clean = ~np.isneginf(p.x).any(axis=p.dim, keepdims=True)  # slices without -inf
         if outs[i] is not None and np.isneginf(p.x).any() and clean.any() and not _close(
                 *(np.where(clean, a, 0) for a in (outs[i], p.expected))):
-            return "softmax_masks_too_much", seen(i, f"it returned {_fmt(outs[i])}, "
-                                                     f"instead of {_fmt(p.expected)}")
+            return "softmax_masks_too_much", seen(i, f"it {_returned(outs[i], p.expected)}")
     for i in wrong:  # right on ordinary numbers, wrong on large or -inf ones
         if outs[i] is None:
             continue
         p = probes[i]
         inf = np.isneginf(p.x).any()
         return ("softmax_mishandles_inf" if inf else "softmax_overflows",
-                seen(i, f"it returned {_fmt(outs[i])} instead of {_fmt(probes[i].expected)}"))
+                seen(i, f"it {_returned(outs[i], probes[i].expected)}"))
     return None
 
 

@@ -599,8 +599,9 @@ _m("matmul_shapes", "any", "the shapes of a matrix product do not fit",
                                "does not",
            "attended_values": "[1, 6, 6] @ [1, 6, 64] works; [1, 6, 6] @ [1, 64, 6] does not",
            "any": "[1, 6, 64] @ [1, 64, 6] works; [1, 6, 64] @ [1, 6, 64] does not"},
-   examples={"attention_scores": "print the shapes of both operands and transpose the one "
-                                 "that is lying down",
+   examples={"attention_scores": "print the shapes of both operands: the key's last two "
+                                 "axes (token, feature) are the ones to swap, never the batch "
+                                 "axis",
              "any": "print the shapes of both operands: the inner sizes must match; remove a "
                     "transpose that breaks them, or add the one that is missing"},
    error=_MATMUL_ERROR,

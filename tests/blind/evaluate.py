@@ -22,36 +22,60 @@ import sys
 from pathlib import Path
 
 import verify
-from src import replay, road
-from tests.corpus import REF, SECOND_RUN_SEED, release_setup
+from src import lessons, replay, road
+from tests.corpus import SECOND_RUN_SEED
+from tests.notebook_utils import ROOT, cells_by_id
 
 HERE = Path(__file__).resolve().parent
-CELL = {"4": "cell4_projections", "5": "cell5_scores", "6": "cell6_softmax",
-        "7": "cell7_values"}
+#: Which lesson a blind set is of, by its file name (lesson 1's by default).
+LESSON_OF = {"multihead1.json": "multihead"}
+
+
+def _cells(spec) -> dict:
+    """{cell number as a blind writer gives it: step cell id} of a lesson."""
+    return {str(s.number): s.cell for s in spec.steps}
+
+
+CELL = _cells(verify.LESSON)
 
 
 def attempts(path=None) -> list[dict]:
     return json.loads(Path(path or HERE / "attempts.json").read_text(encoding="utf-8"))
 
 
-def judge_attempt(a: dict) -> dict:
-    """{cell number: strict Summary of its grade cell} for one attempt, on the road grading
-    takes (src/road.py), the attempt's cells in a notebook after the release's set-up."""
-    lesson = verify.LESSON
-    sources = {CELL[n]: src for n, src in a["cells"].items()}
-    cells = [(c, REF[c]) for c in lesson.setup_cells] + list(sources.items())
-    setup = release_setup()
+def _setup(spec):
+    """The lesson's reference set-up cells {id: source} and the set-up namespace the
+    grader's replay has (made once per lesson)."""
+    if spec.name not in _SETUPS:
+        ref = cells_by_id(ROOT / f"{spec.source}.ipynb")
+        sources = {c: ref[c] for c in spec.setup_cells}
+        _SETUPS[spec.name] = sources, replay.setup_namespace(list(sources.values()))
+    return _SETUPS[spec.name]
+
+
+_SETUPS: dict = {}
+
+
+def judge_attempt(a: dict, spec=None) -> dict:
+    """{cell number: strict Summary of its grade cell} for one attempt at lesson ``spec``
+    (lesson 1 by default), on the road grading takes (src/road.py), the attempt's cells in
+    a notebook after the release's set-up."""
+    lesson = spec or verify.LESSON
+    numbers = _cells(lesson)
+    sources = {numbers[n]: src for n, src in a["cells"].items()}
+    setup_cells, setup = _setup(lesson)
+    cells = list(setup_cells.items()) + list(sources.items())
     with replay.pinned_seed(SECOND_RUN_SEED):
         found = road.verdicts(lesson, sources,
                               lambda steps: replay.replay_in_process(lesson, steps, setup),
                               cells=cells)
-    return {n: found.summaries[lesson.by_cell[step].test] for n, step in CELL.items()}
+    return {n: found.summaries[lesson.by_cell[step].test] for n, step in numbers.items()}
 
 
-def evaluate(items=None):
+def evaluate(items=None, spec=None):
     rows = []
     for a in items or attempts():
-        judged = judge_attempt(a)
+        judged = judge_attempt(a, spec)
         any_wrong = any(not lab["correct"] for lab in a["labels"].values())
         for n, lab in a["labels"].items():
             s = judged[n]
@@ -82,7 +106,9 @@ def figure(rows) -> str:
 def main(argv=None):
     args = sys.argv[1:] if argv is None else argv
     files = [a for a in args if not a.startswith("--")]
-    rows = evaluate(attempts(files[0]) if files else None)
+    spec = lessons.lesson(LESSON_OF.get(Path(files[0]).name, lessons.lesson().name)) \
+        if files else None
+    rows = evaluate(attempts(files[0]) if files else None, spec)
     if "--messages" in args:
         for r in rows:
             if r["verdict"] != "ok" or not r["label"]["correct"]:

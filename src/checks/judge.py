@@ -749,8 +749,13 @@ def _rounded(name, arr, expected):
 
 def _lstsq(design, target):
     """(coefficients, largest residual relative to the target's spread) of a least-squares
-    fit."""
-    coef, *_ = np.linalg.lstsq(design, target, rcond=None)
+    fit (no fit: an infinite residual)."""
+    if not (np.isfinite(design).all() and np.isfinite(target).all()):
+        return np.zeros(design.shape[1]), np.inf  # (a mask's -inf: nothing to fit)
+    try:
+        coef, *_ = np.linalg.lstsq(design, target, rcond=None)
+    except np.linalg.LinAlgError:
+        return np.zeros(design.shape[1]), np.inf
     scale = max(np.abs(target).max(), 1e-12)
     return coef, np.abs(design @ coef - target).max() / scale
 

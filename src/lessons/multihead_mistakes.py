@@ -149,13 +149,15 @@ _m("mask_finite", "head_scores", "a large finite number instead of -inf",
    "the scores are not what the mask means, and a row whose keys are all hidden would "
    "spread its weight evenly instead of giving zeros",
    "fill with float('-inf') itself (the lesson's mask convention)",
+   # (set in the mask's place, or added to the hidden scores)
    reproduce=lambda inp: [masked(_raw(inp) / SQRT_DK, fill=f) for f in (
-       -1e9, -1e4, -1e10, -1e20, -1e30, float(np.finfo(np.float32).min), -1e38)],
+       -1e9, -1e4, -1e10, -1e20, -1e30, float(np.finfo(np.float32).min), -1e38)] + [
+       _raw(inp) / SQRT_DK + np.where(CAUSAL, 0.0, f) for f in (-1e4, -1e9)],
    shows="a large negative number where the mask hides a score")
 _m("head_scores_transposed", "head_scores", "the product is transposed (K Qᵀ)",
    "each head's scores were computed as keys times queries, so row i holds key i's "
    "scores: the mask then hides the wrong pairs",
-   "queries on the left: q_heads @ k_heads.transpose(-2, -1)",
+   "put the queries on the left of the product and the transposed keys on the right",
    reproduce=lambda inp: masked(_swap(_raw(inp)) / SQRT_DK), shows="(K Qᵀ) / √8, masked")
 _m("softmax_in_head_scores", "head_scores", "the softmax was applied already",
    "the scores are already the weights: the softmax belongs to Cell 6",
@@ -193,12 +195,13 @@ _m("mask_after_softmax", "head_weights", "the mask was applied after the softmax
 _m("head_outputs_weights_transposed", "head_outputs", "the weights are transposed",
    "each head's weights were transposed before the product, so output i mixes the values "
    "with key i's column of weights",
-   "head_weights @ v_heads, with no transpose",
+   "use the weights as Cell 6's first line made them, with no transpose: each row of a "
+   "query's weights mixes the value rows",
    reproduce=lambda inp: _swap(inp["head_weights"]) @ inp["v_heads"],
    shows="head_weightsᵀ @ v_heads")
 _m("head_outputs_not_weighted", "head_outputs", "the values were not weighted",
    "head_outputs is v_heads itself (or a copy): nothing mixes the tokens' values",
-   "multiply: head_weights @ v_heads",
+   "mix the value rows with each query's weights: a matrix product of the two",
    reproduce=lambda inp: inp["v_heads"], shows="v_heads unchanged")
 
 _m("from_wrong_input", "head_outputs", "made from weights that are wrong",
@@ -222,15 +225,16 @@ _m("merge_interleaved", "multihead_output", "the heads' features were interleave
        1, LENGTH, D_MODEL) @ inp["W_o"],
    shows="the merge in (feature, head) order, then @ W_o")
 _m("w_o_transposed", "multihead_output", "W_o was applied transposed",
-   "W_o is stored as the formula writes it, [H·d_k, d_model]: merged @ W_o. The "
-   "transposed form (merged @ W_o.T) is nn.Linear's convention for its weight",
-   "multiply by W_o as it is: merged @ W_o",
+   "W_o is stored as the formula writes it, [H·d_k, d_model], on the right of the "
+   "product; its transpose is nn.Linear's convention for its weight, not this one",
+   "use W_o as it is stored, with no transpose",
    reproduce=lambda inp: merge(inp["head_outputs"]) @ _swap(inp["W_o"]),
    shows="merged @ W_oᵀ")
 _m("w_o_missing", "multihead_output", "W_o was not applied",
    "the heads were merged but not mixed: the output layer W_o lets each output feature "
    "draw on every head",
-   "multiply the merged tensor by W_o: merged @ W_o",
+   "after the merge, mix the heads with the output layer W_o, as the formula's last "
+   "product says",
    reproduce=lambda inp: merge(inp["head_outputs"]), shows="the merged heads, without W_o")
 
 

@@ -293,3 +293,26 @@ def test_recomputing_from_x_and_the_layers_costs_half_the_step_as_decided():
     result = verify.judge_replay("mh_cell4_split_test", data, strict=True).results[0]
     assert (result.score, result.mistake) == (1.0, "detached_output"), result.message
     assert "from_its_inputs" in SPEC.decisions
+
+
+@pytest.mark.skipif(sandbox.unavailable_reason() is not None,
+                    reason=f"no sandbox here: {sandbox.unavailable_reason()}")
+def test_in_a_real_kernel_the_live_check_says_what_grading_says(tmp_path):
+    """A real kernel driven as JupyterLab drives it (cell ids sent), the saved
+    multihead.ipynb graded as autograding grades it: the same points and first lines,
+    for the reference and two wrong attempts (every attempt: make test-road)."""
+    from src import grading
+    from tests.lab_kernel import LabKernel
+    from tests.road.test_multihead_road import both_roads, notebook
+
+    kernel = LabKernel(tmp_path, f"{SPEC.notebook}.ipynb")
+    try:
+        for name in ("reference", "divided by 8", "merged without moving the heads"):
+            a = next(x for x in corpus.ATTEMPTS if x.name == name)
+            live, graded = both_roads(kernel, notebook(corpus.sources(a)))
+            assert live == graded, name
+            total = sum(p for rows in graded.values() for p, _ in rows)
+            assert total == (8.0 if a.correct else 6.0), (name, graded)
+    finally:
+        kernel.close()
+        grading.close_replay_servers()

@@ -136,6 +136,9 @@ class Check:
     #: {output name: :class:`Formula`}: the outputs the search over a contraction's changes
     #: knows the form of.
     formulas: dict = field(default_factory=dict)
+    #: {output name: the inputs it alone depends on}, where that is fewer than ``upstream``
+    #: (a check of several outputs, each made from one input).
+    uses: dict = field(default_factory=dict)
 
     @property
     def all(self):

@@ -690,8 +690,9 @@ def _behaviour(lesson, check, name, arr, ctx, view):
         return found
     if check.upstream and view.grads:  # what it must depend on: its inputs, and only those
         used = {n for n, g in view.grads.items() if np.any(g)}
-        missing = [n for n in check.upstream if n not in used]
-        extra = sorted(used - set(check.upstream))
+        need = check.uses.get(name, check.upstream)
+        missing = [n for n in need if n not in used]
+        extra = sorted(used - set(need))
         if missing or extra:
             said = [f"does not use {_listing(missing)}" if missing else "",
                     f"uses {_listing(extra)}" if extra else ""]

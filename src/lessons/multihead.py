@@ -187,6 +187,8 @@ STEPS = (
                        ("q_heads", "k_heads", "v_heads"), ("query", "key", "value"),
                        reference=lambda inp, name: split(inp[
                            {"q_heads": "query", "k_heads": "key", "v_heads": "value"}[name]]),
+                       uses={"q_heads": ("query",), "k_heads": ("key",),
+                             "v_heads": ("value",)},
                        vjp=_split_vjp,
                        doc="Cell 4: q_heads, k_heads, v_heads == query, key, value split into "
                            "8 heads of d_k = 8: [1, 6, 64] -> [1, 8, 6, 8] (batch, head, "

@@ -71,22 +71,22 @@ def _raw(inp):
 _m("split_without_transpose", "split_heads", "the heads were cut off with a reshape alone",
    "a reshape or view to [1, 8, 6, 8] keeps the memory order, in which the 64 features "
    "of one token come together: each 'head' then holds pieces of several tokens",
-   "first view the features as [1, 6, 8, 8] (batch, token, head, d_k), then swap the token "
-   "and head axes with .transpose(1, 2)",
+   "split the features into (head, d_k) while the tokens keep their place, then move the "
+   "head axis in front of the token axis",
    reproduce=lambda inp: inp[SOURCE_OF[inp["name"]]].reshape(1, N_HEADS, LENGTH, D_K),
    shows="the tensor reshaped to [1, 8, 6, 8] without moving the head axis")
 _m("heads_not_moved", "split_heads", "the head axis was not moved before the tokens",
    "the features were split into 8 heads of 8, but the result is [1, 6, 8, 8] (batch, "
    "token, head, d_k): the head axis must come before the token axis, so that each head's "
    "[6, 8] matrix is one attention problem",
-   "add .transpose(1, 2) after the view: [1, 6, 8, 8] -> [1, 8, 6, 8]",
+   "after splitting, swap the token and head axes, so the shape becomes [1, 8, 6, 8]",
    reproduce=lambda inp: inp[SOURCE_OF[inp["name"]]].reshape(1, LENGTH, N_HEADS, D_K),
    shows="[1, 6, 8, 8] (batch, token, head, d_k)")
 _m("heads_interleaved", "split_heads", "each head takes every 8th feature",
    "the 64 features were viewed as [8, 8] in the other order (d_k first, then heads), so "
    "head h got features h, h+8, h+16, ... instead of the block h*8 ... h*8+7",
-   "view the last axis as (8 heads, 8 features) in that order: .view(1, 6, 8, 8)"
-   ".transpose(1, 2)",
+   "split the last axis with the heads first and each head's 8 features second, so "
+   "head h keeps the block of features 8h to 8h+7",
    reproduce=lambda inp: np.transpose(inp[SOURCE_OF[inp["name"]]].reshape(
        1, LENGTH, D_K, N_HEADS), (0, 3, 1, 2)),
    shows="heads made of every 8th feature")
@@ -213,8 +213,8 @@ _m("from_wrong_input", "head_outputs", "made from weights that are wrong",
 _m("merge_without_transpose", "multihead_output", "the heads were merged without moving them back",
    "a reshape of [1, 8, 6, 8] straight to [1, 6, 64] keeps the memory order (head, "
    "token, feature), so each output row holds pieces of several tokens",
-   "first .transpose(1, 2) to [1, 6, 8, 8] (batch, token, head, d_k), then .reshape(1, 6, "
-   "64), then @ W_o",
+   "move the head axis back behind the token axis first, then join each token's heads "
+   "into 64 features, then apply W_o",
    reproduce=lambda inp: inp["head_outputs"].reshape(1, LENGTH, D_MODEL) @ inp["W_o"],
    shows="head_outputs reshaped to [1, 6, 64] as stored, then @ W_o")
 _m("merge_interleaved", "multihead_output", "the heads' features were interleaved",

@@ -108,8 +108,15 @@ c.CourseDirectory.course_id = {course_id!r}
 #: Validate without a kernel for everyone (the server extension, and the switch that puts
 #: it in nbgrader's validate_assignment's place: the one file `make lesson` also reads).
 VALIDATE_EXTENSION = ROOT / "attention_validate.py"
-VALIDATE_SERVER_EXTENSIONS = json.loads((ROOT / "jupyter_server_config.json").read_text())[
-    "ServerApp"]["jpserver_extensions"]
+
+
+def validate_server_extensions() -> dict:
+    """The server extensions jupyter_server_config.json switches (read when a person's
+    configuration is written: `make hub`'s checks run before, with only hub/ at hand)."""
+    config = json.loads((ROOT / "jupyter_server_config.json").read_text())
+    return config["ServerApp"]["jpserver_extensions"]
+
+
 #: EXCHANGE=ngshare: the service's environment and nbgrader's side (Makefile, $(NGSHARE)).
 #: ("venv" and "site-packages": names ruff and other tools skip by default.)
 NGSHARE_ENV = ROOT / "hub" / "ngshare" / "venv"
@@ -881,7 +888,7 @@ def server_config(student: bool) -> dict:
     """jupyter_server_config.json of a student's server (nbgrader's instructor tools off)
     or the instructor's (on; hub/k8s/image/ holds the same for Kubernetes)."""
     server = {"jpserver_extensions": {e: not student for e in INSTRUCTOR_ONLY_SERVER}
-              | VALIDATE_SERVER_EXTENSIONS}
+              | validate_server_extensions()}
     if not student:
         # JupyterHub's servers forbid every frame ("frame-ancestors 'none'"), and
         # JupyterLab shows the Formgrader in one: allow frames from the same origin only.

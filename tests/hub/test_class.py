@@ -28,6 +28,7 @@ import ssl
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -118,6 +119,20 @@ def validate(person):
 def close_dialog(page):
     page.locator(".jp-Dialog").locator("button").last.click()
     expect(page.locator(".jp-Dialog")).to_have_count(0)
+
+
+def validate_workers(user: str) -> list[int]:
+    """Pids of the Validate workers (python -m src.validate serve) running as ``user``."""
+    uid, found = pwd.getpwnam(user).pw_uid, []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and d.stat().st_uid == uid:
+                cmd = (d / "cmdline").read_bytes().split(b"\0")
+                if b"src.validate" in cmd and b"serve" in cmd:
+                    found.append(int(d.name))
+        except OSError:
+            continue
+    return found
 
 
 def inbound(room, student):
@@ -274,6 +289,9 @@ def test_2_students_fetch_validate_and_submit(room, people, names, shots):
     dialog = validate(right)
     expect(dialog).to_contain_text("Success!")
     close_dialog(right.page)
+    # answered by the warm worker of attention_validate.py, run as the student, not by a
+    # kernel (a fallback would pass the same assertions)
+    assert validate_workers(right.name), "Validate ran no worker as " + right.name
     submit(right)
 
     record(shots, server_mb_after_validate=round(rss_mb(right.name)))

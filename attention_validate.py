@@ -41,8 +41,9 @@ REPLACES = "nbgrader.server_extensions.validate_assignment"
 #: Seconds a worker may take to answer one Validate: its first answer starts a replay
 #: server (torch, the set-up: a few seconds), the replay has its own budget inside.
 ANSWER_SECONDS = 120.0
-#: A worker (and its replay server, about 300 MiB) stops after this many seconds without
-#: a Validate; the next one starts it again (a cold Validate: a few seconds).
+#: A worker (and its replay server: README, "Running a real class") stops after this many
+#: seconds without a Validate; the next one starts it again (a cold Validate: a few
+#: seconds).
 IDLE_SECONDS = 600
 _WORKERS: dict = {}  # course folder -> _Worker
 _LOCK = threading.Lock()

@@ -820,21 +820,35 @@ def _snapshot(roots) -> dict:
     bytes, or None for a folder)}, and for each root {root: (mode, None, times)}."""
     out = {}
     for root in roots:
-        with contextlib.suppress(OSError):
+        try:
             st = os.stat(root)
-            out[root] = (st.st_mode & 0o7777, None, (st.st_atime_ns, st.st_mtime_ns))
+        except OSError:
+            continue
+        out[root] = (st.st_mode & 0o7777, None, (st.st_atime_ns, st.st_mtime_ns))
+        dev = st.st_dev
         for where, dirs, files in os.walk(root):
+            # What is on another file system stays out, as _remove_all leaves it: the
+            # read-only paths bound in (a venv under /tmp, bound at its own path: reading it
+            # held 1.5 GiB in every server whose Python lives under /tmp).
+            dirs[:] = [d for d in dirs if _same_device(os.path.join(where, d), dev)]
             for name in dirs + files:
                 p = os.path.join(where, name)
                 with contextlib.suppress(OSError):
                     st = os.lstat(p)
-                    if os.path.islink(p):
+                    if os.path.islink(p) or st.st_dev != dev:
                         continue
                     if os.path.isdir(p):
                         out[p] = (st.st_mode & 0o7777, None)
                     elif os.path.isfile(p) and st.st_size <= 16 * 2**20:
                         out[p] = (st.st_mode & 0o7777, Path(p).read_bytes())
     return out
+
+
+def _same_device(path: str, dev: int) -> bool:
+    try:
+        return os.lstat(path).st_dev == dev
+    except OSError:
+        return False
 
 
 def _remove_all(root: str):

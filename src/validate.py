@@ -14,8 +14,8 @@ environment): one JSON object a line on stdin, ``{"id": str, "path": notebook}``
 line on stdout, ``{"id", "lesson": name or null (not a lesson notebook), "cells": {check
 cell id: {"score", "max_score", "text"}}}`` or ``{"id", "error": text}``. The worker exits
 when stdin closes, or after that many seconds without a request (its replay server holds
-250 MiB to 1.9 GiB, README: a student who stopped validating gives it back; the next
-Validate starts a worker again, cold).
+about 250 MiB: a student who stopped validating gives it back; the next Validate starts a
+worker again, cold).
 
 Shape legend: not applicable (sources and verdicts; the tensors stay in the replay).
 """

@@ -782,3 +782,28 @@ def test_the_replays_limits_are_the_configured_ones():
         grading.close_replay_servers()
     with pytest.raises(ValueError, match="unknown limits"):
         grading.configure(run_second=1)
+
+
+def test_the_scratch_snapshot_leaves_out_what_is_bound_in_from_another_file_system(tmp_path):
+    """The replay server snapshots its scratch places (/tmp ...) to restore them after each
+    submission. A path bound read-only into the sandbox's /tmp (the Python environment of
+    a course under /tmp, bound at its own path) is not scratch: read into the snapshot, a
+    venv under /tmp held 1.2-1.9 GiB in every server (make test-hub, a clone in /tmp)."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bound = tmp_path / "venv"
+    bound.mkdir()
+    (bound / "big.so").write_bytes(b"\0" * 2**20)
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); from src import replay; "
+             "open('/tmp/mine', 'w').write('set-up'); "
+             "print('\\n'.join(sorted(replay._snapshot(['/tmp']))))")
+    root = str(Path(__file__).resolve().parent.parent)
+    out = subprocess.run(
+        [shutil.which("bwrap"), "--dev-bind", "/", "/", "--tmpfs", "/tmp", "--dir",
+         str(bound), "--ro-bind", str(bound), str(bound), sys.executable, "-c", probe, root],
+        capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    assert "/tmp/mine" in out  # what the set-up writes there is kept ...
+    assert str(bound / "big.so") not in out and str(bound) not in out  # ... not the bind

@@ -103,6 +103,21 @@ class Formula:
 
 
 @dataclass(frozen=True)
+class Rearrangement:
+    """An output that is a rearrangement of one input (``source``): ``arrange(source)``
+    puts its numbers in the formula's places (a reshape and a transpose), ``undo(arr,
+    inp)`` takes what follows the rearrangement off an output (a product with an
+    invertible matrix), or None. A wrong output made of the source's numbers in other
+    places is read back to where each of its numbers comes from (``src/checks/judge.py``)
+    and named ``mistake``, its message saying one place of the output in ``words``."""
+
+    source: str
+    arrange: Callable
+    mistake: str
+    undo: Callable | None = None
+
+
+@dataclass(frozen=True)
 class Check:
     """One graded part of a step: what it must make, from what, and how it is judged.
 
@@ -136,6 +151,8 @@ class Check:
     #: {output name: :class:`Formula`}: the outputs the search over a contraction's changes
     #: knows the form of.
     formulas: dict = field(default_factory=dict)
+    #: {output name: :class:`Rearrangement`}: outputs that are one input's numbers moved.
+    rearranged: dict = field(default_factory=dict)
     #: {output name: the inputs it alone depends on}, where that is fewer than ``upstream``
     #: (a check of several outputs, each made from one input).
     uses: dict = field(default_factory=dict)

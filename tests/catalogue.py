@@ -120,6 +120,8 @@ def steps_of(mistake):
         return ["projections", "attention_scores", "softmax", "attended_values"]
     if mistake.kind == "mutated_input":  # (in Cell 6 it is the softmax's own mistake)
         return [s for s in TENSOR_STEPS if s != "attention_weights"]
+    if mistake.kind == "swapped":  # (its example's line is a product of Cell 7)
+        return ["attended_values"]
     if mistake.step == "any":  # these are about a step's inputs: it must have some
         return TENSOR_STEPS[1:] if mistake.kind in NEEDS_INPUTS else TENSOR_STEPS
     if mistake.fns and mistake.in_weights:

@@ -557,6 +557,8 @@ attempt("value @ weights", expect={"attended_values": "values_before_weights"},
         **values("value @ attention_weights"))
 attempt("torch.matmul(value, weights)", expect={"attended_values": "values_before_weights"},
         same_idea_as="value @ weights", **values("torch.matmul(value, attention_weights)"))
+attempt("one sentence's value times its weights", expect={"attended_values": "operands_swapped"},
+        **values("(value[0] @ attention_weights[0]).unsqueeze(0)"))
 attempt("values first", expect={"attended_values": "values_first"},
         **values("value.transpose(-2, -1) @ attention_weights.transpose(-2, -1)"))
 attempt("value.T", expect={"attended_values": "axes_permuted"},

@@ -226,8 +226,46 @@ import torch.nn.functional as F
 multihead_output = F.linear(head_outputs.transpose(1, 2).reshape(1, 6, 64), W_o)""")
 attempt("no W_o", {"multihead_output": "w_o_missing"},
         merge="multihead_output = head_outputs.transpose(1, 2).reshape(1, 6, 64)")
-attempt("W_o on the left", {"multihead_output": "matmul_shapes"},
+attempt("W_o on the left", {"multihead_output": "operands_swapped"},
         merge="multihead_output = W_o @ head_outputs.transpose(1, 2).reshape(1, 6, 64)")
+attempt("overlapping slices of 8", {"split_heads": "heads_rearranged"}, split=heads(
+    lambda t: f"torch.stack([{t}[..., h:h + 8] for h in range(n_heads)], dim=1)"))
+attempt("features first, then cut into heads (right)",
+        split=heads(lambda t: f"{t}.transpose(1, 2).reshape(1, 8, 8, 6).transpose(2, 3)"))
+attempt("view on the moved heads", {"multihead_output": "view_not_contiguous"},
+        merge="multihead_output = head_outputs.transpose(1, 2).view(1, 6, 64) @ W_o")
+attempt("the token axis unflattened", {"split_heads": "sizes_do_not_multiply"},
+        split=heads(lambda t: f"{t}.unflatten(1, (n_heads, d_k))"))
+attempt("d_k ** 1/2", {"head_scores": "head_scores_sqrt_precedence"},
+        scores=scores("(raw_scores / d_k ** 1/2).masked_fill(~causal_mask, float('-inf'))"))
+attempt("the mask times -inf", {"head_scores": "mask_by_arithmetic"},
+        scores=scores(f"{SCALED} + (~causal_mask).float() * float('-inf')"))
+attempt("the keys transposed on the head axis", {"head_scores": "shapes_do_not_broadcast"},
+        scores=scores(f"({SCALED}).masked_fill(~causal_mask, float('-inf'))",
+                      raw="q_heads @ k_heads.transpose(1, 2)"))
+attempt("softmax twice", {"head_weights": "head_softmax_twice"}, weights="""\
+head_weights = softmax(softmax(head_scores, dim=-1), dim=-1)
+head_outputs = head_weights @ v_heads""")
+attempt("the hidden scores as zeros", {"head_weights": "masked_scores_as_zero"}, weights="""\
+finite = torch.nan_to_num(head_scores, neginf=0.0)
+head_weights = softmax(finite, dim=-1)
+head_outputs = head_weights @ v_heads""")
+attempt("values before the weights", {"head_weights": "operands_swapped",
+                                     "head_outputs": "operands_swapped"}, weights="""\
+head_weights = softmax(head_scores, dim=-1)
+head_outputs = v_heads @ head_weights""")
+attempt("the row sums without keepdim", {"head_weights": "shapes_do_not_broadcast",
+                                          "head_outputs": "shapes_do_not_broadcast"},
+        weights="""\
+exps = torch.exp(head_scores - head_scores.amax(dim=-1, keepdim=True))
+head_weights = exps / exps.sum(dim=-1)
+head_outputs = head_weights @ v_heads""")
+attempt("the heads averaged", {"multihead_output": "heads_averaged"}, merge="""\
+blocks = W_o.view(n_heads, d_k, d_model)
+parts = [head_outputs[:, h] @ blocks[h] for h in range(n_heads)]
+multihead_output = torch.stack(parts).mean(0)""")
+attempt("tokens and features swapped in the merge", {"multihead_output": "merge_rearranged"},
+        merge="multihead_output = head_outputs.transpose(2, 3).reshape(1, 6, 64) @ W_o")
 attempt("the output detached", {"multihead_output": "detached_output"}, merge="""\
 merged = head_outputs.transpose(1, 2).reshape(1, 6, 64)
 multihead_output = (merged @ W_o).detach()""")

@@ -42,6 +42,8 @@ from src.checks.verdict import (
     _error_entry,
     _failed,
     _Finding,
+    _line_shapes,
+    _named_error,
     _Reader,
     _result,
     _seen_arrays,
@@ -633,6 +635,88 @@ def _structural(lesson, check, name, arr, expected):
     return None
 
 
+def _located(arr, source, tol=1e-4):
+    """The flat index in ``source`` of each entry of ``arr`` (the nearest of the source's
+    numbers, within ``tol`` of the largest), or None when some entry is none of them."""
+    flat = np.asarray(source, np.float64).reshape(-1)
+    if not np.isfinite(flat).all() or not np.isfinite(arr).all():
+        return None
+    order = np.argsort(flat)
+    sorted_ = flat[order]
+    pos = np.clip(np.searchsorted(sorted_, arr.reshape(-1)), 1, flat.size - 1)
+    left, right = sorted_[pos - 1], sorted_[pos]
+    pick = np.where(np.abs(arr.reshape(-1) - left) <= np.abs(arr.reshape(-1) - right),
+                    pos - 1, pos)
+    if np.abs(sorted_[pick] - arr.reshape(-1)).max() > tol * max(np.abs(flat).max(), 1e-12):
+        return None
+    return order[pick].reshape(arr.shape)
+
+
+def _places(lesson, source, idx) -> str:
+    """Where the entries ``idx`` (flat indices into ``source``'s shape, one output row)
+    come from, axis by axis in the source's words: "token 0, features 8–15", "tokens
+    0–5, feature 0", "token 0, every 8th feature from 1 (1, 9, 17, …)"."""
+    shape = lesson.shapes[source]
+    words = [w.strip() for w in lesson.axes.get(source, "").strip("[]").split(",")]
+    if len(words) != len(shape):
+        words = [f"axis {i}" for i in range(len(shape))]
+    at = np.unravel_index(idx, shape)
+    parts = []
+
+    def many(w):
+        return w[:-1] + "ies" if w.endswith("y") else w + "s"
+
+    for a, size in enumerate(shape):
+        if size == 1:
+            continue
+        v = sorted({int(i) for i in at[a]})
+        step = np.diff(v)
+        if len(v) == 1:
+            parts.append(f"{words[a]} {v[0]}")
+        elif (step == 1).all():
+            parts.append(f"{many(words[a])} {v[0]}–{v[-1]}")
+        elif (step == step[0]).all():
+            parts.append(f"every {int(step[0])}th {words[a]} from {v[0]} "
+                         f"({', '.join(map(str, v[:3]))}, …)")
+        else:
+            parts.append(f"{many(words[a])} {', '.join(map(str, v[:4]))}"
+                         f"{', …' if len(v) > 4 else ''}")
+    return ", ".join(parts)
+
+
+def _rearranged(lesson, check, name, arr, ctx):
+    """(the Rearrangement's mistake, what we saw) when ``arr`` is made of its source's
+    numbers in other places than the formula's (after taking its ``undo`` off): one
+    output row that differs, where its numbers come from and where the formula takes
+    them. None otherwise."""
+    r = check.rearranged.get(name)
+    if r is None or r.source not in ctx.inp or r.mistake not in lesson.mistakes:
+        return None
+    source = np.asarray(ctx.inp[r.source], np.float64)
+    expected = ctx.expected(name)
+    if arr.shape != expected.shape:
+        return None
+    with np.errstate(all="ignore"):
+        got = r.undo(arr, ctx.inp) if r.undo else arr
+    where = _located(got, source, tol=1e-3 if r.undo else 1e-5)
+    if where is None:
+        return None
+    want = r.arrange(np.arange(source.size).reshape(source.shape))
+    if want.shape != where.shape or (where == want).all():
+        return None
+    rows_w, rows_g = want.reshape(-1, want.shape[-1]), where.reshape(-1, want.shape[-1])
+    k = int(np.argmax((rows_w != rows_g).any(axis=1)))
+    at = np.unravel_index(k, want.shape[:-1])
+    words = [w.strip() for w in lesson.axes.get(name, "").strip("[]").split(",")]
+    if len(words) != want.ndim:
+        words = [f"axis {i}" for i in range(want.ndim)]
+    row = ", ".join(f"{words[a]} {int(i)}" for a, i in enumerate(at) if want.shape[a] > 1)
+    said = "merged row" if r.undo else "row"
+    return r.mistake, (f"your {said} of `{name}` at {row} holds `{r.source}`'s "
+                       f"{_places(lesson, r.source, rows_g[k])}; the formula puts "
+                       f"{_places(lesson, r.source, rows_w[k])} there.")
+
+
 def _behaviour(lesson, check, name, arr, ctx, view):
     """(mistake id, what we saw) read off what the code did, when no entry reproduces it:
     what was added to the right result, a nonlinearity, normalised rows, which tensors it
@@ -641,7 +725,8 @@ def _behaviour(lesson, check, name, arr, ctx, view):
     hooks = check.diagnose
     expected = ctx.expected(name)
     found = (_substitution(lesson, check, name, arr, ctx, view)
-             or _structural(lesson, check, name, arr, expected)) if check.reference else None
+             or _structural(lesson, check, name, arr, expected)
+             or _rearranged(lesson, check, name, arr, ctx)) if check.reference else None
     if found:
         return found
     arr, expected = _unmasked(arr, expected)
@@ -843,10 +928,11 @@ def _judge_output(lesson, check, name, view, contexts, strict, inputs, cell):
             elif f.mistake == "matmul_shapes":  # which operands, and their shapes
                 arrived = {n: v.shape for n, v in zip(check.upstream, inputs)
                            if v.kind in ("tensor", "ndarray") and v.shape}
-                said = misfit(cell.line, arrived)
+                said = misfit(cell.line, _line_shapes(lesson, cell, arrived))
+                f.mistake = _named_error(lesson, cell, check, arrived)
                 if said:
-                    f.seen = (f"{cell.said()}. With the shapes this cell's inputs arrive "
-                              f"with, {said}.")
+                    f.seen = (f"{cell.said()}. With the shapes its tensors have (those it "
+                              f"makes at the lesson's shapes), {said}.")
             elif f.mistake == "used_before_computed" and inputs and all(
                     v.kind in ("tensor", "ndarray") for v in inputs):
                 f.mistake = "returned_none"

@@ -167,3 +167,12 @@ def misfit(line: str, shapes: dict) -> str:
             return (f"`{left}` is {a} and `{right}` is {b}: the last axis of the left "
                     f"({a[-1]}) must equal the second-to-last axis of the right ({b[-2]})")
     return ""
+
+
+def swapped(line: str, shapes: dict) -> str:
+    """"`v_heads` @ `head_weights`" when the first product in ``line`` whose operands do
+    not fit would fit with its two operands the other way round, or ""."""
+    for left, a, right, b in product_operands(line, shapes):
+        if len(a) >= 2 and len(b) >= 2 and a[-1] != b[-2] and b[-1] == a[-2]:
+            return f"`{left}` @ `{right}`"
+    return ""

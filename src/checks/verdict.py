@@ -16,6 +16,7 @@ from typing import Mapping
 import numpy as np
 
 from src.checks.results import CheckResult, _mistake_text, _tidy
+from src.checks.shapes import swapped
 from src.checks.util import INFO_FIELDS, LIMITS, _listing, _num, _short, finite_or_masked
 
 
@@ -169,6 +170,25 @@ def _error_entry(lesson, error, line, check=None):
     return None
 
 
+def _line_shapes(lesson, cell, arrived=None) -> dict:
+    """{name: shape} for reading a raised line's operands: the lesson's shapes of the
+    tensors made up to this cell (the replay keeps none of a cell that raised), then the
+    shapes the cell's inputs arrived with."""
+    return {n: tuple(s) for n, s in lesson.shapes.items()
+            if lesson.made_in.get(n, 0) <= cell.number} | dict(arrived or {})
+
+
+def _named_error(lesson, cell, check, arrived=None):
+    """The catalogue entry of the error ``cell`` raised in ``check``'s code: the lesson's
+    entry by the error and line, made "operands_swapped" when the line's product fits with
+    its operands the other way round; None when no entry matches."""
+    found = _error_entry(lesson, cell.error, cell.line, check)
+    if found == "matmul_shapes" and "operands_swapped" in lesson.mistakes and swapped(
+            cell.line, _line_shapes(lesson, cell, arrived)):
+        return "operands_swapped"
+    return found
+
+
 @dataclass
 class _Finding:
     """The verdict on one output tensor: a mistake (or an unnamed failure), and the
@@ -225,7 +245,7 @@ def _result(lesson, check, findings, ok_message, notes, cell, seen):
     raised = cell.replayed and cell.raised and check.kind != "function"
     if raised and not failures and not charged:  # (else what made its asserts fail leads)
         failures = [("", _Finding(
-            _error_entry(lesson, cell.error, cell.line, check) or "cell_raised",
+            _named_error(lesson, cell, check) or "cell_raised",
             f"{cell.said()}. The names it had assigned by then are right, but a step earns "
             "its points only when its cell runs to the end."))]
     if failures:

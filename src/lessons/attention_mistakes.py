@@ -592,6 +592,15 @@ _m("values_before_weights", "attended_values", "the product is the wrong way rou
         r"(matmul|bmm)\(\s*value\s*,\s*attention_weights\b",
    example=("RuntimeError: Expected size for first two dimensions of batch2 tensor to be: "
             "[1, 64] but got: [1, 6].", "attended_values = value @ attention_weights"))
+_m("operands_swapped", "any", "the product's two operands are the wrong way round",
+   "in A @ B the last axis of A must equal the second-to-last of B; here the shapes fit "
+   "only the other way round: a matrix product is not commutative, and the formula says "
+   "which factor comes first",
+   "read the formula's product from left to right and put its two factors in that order",
+   kind="swapped",  # (found from the line's operand shapes: src/checks/shapes.py)
+   example=("RuntimeError: Expected size for first two dimensions of batch2 tensor to be: "
+            "[1, 64] but got: [1, 6].",
+            "attended_values = torch.matmul(value.clone(), attention_weights)"))
 _m("matmul_shapes", "any", "the shapes of a matrix product do not fit",
    "in A @ B the last axis of A must equal the second-to-last of B ({example})",
    "{example}",
@@ -602,8 +611,8 @@ _m("matmul_shapes", "any", "the shapes of a matrix product do not fit",
    examples={"attention_scores": "print the shapes of both operands: the key's last two "
                                  "axes (token, feature) are the ones to swap, never the batch "
                                  "axis",
-             "any": "print the shapes of both operands: the inner sizes must match; remove a "
-                    "transpose that breaks them, or add the one that is missing"},
+             "any": "print the shapes of both operands: the inner sizes must match; check "
+                    "which axes the formula swaps (a transpose) and where it has none"},
    error=_MATMUL_ERROR,
    example=("RuntimeError: Expected size for first two dimensions of batch2 tensor to be: "
             "[6, 64] but got: [6, 1].", "attention_scores = query @ key.transpose(0, 1)"))
@@ -946,6 +955,32 @@ _m("parameter_called", "any", "a layer's weight called like a function",
    "call the layer, or use its weight in a product as the formula above writes it",
    error=r"'Parameter' object is not callable",
    example=("TypeError: 'Parameter' object is not callable", "query = q_proj.weight(x)"))
+_m("shapes_do_not_broadcast", "any", "two shapes that do not line up",
+   "an elementwise operation (+, -, /, a comparison) or the batch axes of a product "
+   "paired two tensors whose sizes differ on some axis: shapes are lined up from the last "
+   "axis, and each pair of sizes must be equal or 1 (a sum without keepdim=True loses the "
+   "axis it sums)",
+   "print the shapes of the tensors this line combines and find the axis the error names",
+   error=r"must match the size of tensor",
+   example=("RuntimeError: The size of tensor a (6) must match the size of tensor b (8) at "
+            "non-singleton dimension 2", "attention_weights = exps / exps.sum(dim=-1)"))
+_m("view_not_contiguous", "any", "view after a transpose",
+   "`.view` regroups the numbers in the order they are stored; after a transpose or "
+   "permute they are no longer stored in the tensor's order, so view cannot regroup them",
+   "regroup with the call torch's error message suggests, which copies the numbers when "
+   "it must, or make the tensor contiguous first",
+   error=r"view size is not compatible with input tensor's size and stride",
+   example=("RuntimeError: view size is not compatible with input tensor's size and stride "
+            "(at least one dimension spans across two contiguous subspaces). Use "
+            ".reshape(...) instead.", "merged = attended_values.transpose(1, 2).view(1, 6, 64)"))
+_m("sizes_do_not_multiply", "any", "a reshape whose sizes do not fit",
+   "the sizes asked for do not multiply up to the axis (or the tensor) they regroup: "
+   "every reshape keeps the number of entries",
+   "print the tensor's shape and check which axis the new sizes split: their product "
+   "must equal that axis's size",
+   error=r"is invalid for input of size|don't multiply up to the size",
+   example=("RuntimeError: shape '[1, 6, 8, 8]' is invalid for input of size 2304",
+            "q = query.view(1, 6, 8, 8, 6)"))
 _m("cell_raised", "any", "the cell raised an error",
    "the cell stopped with an exception, so the tensor was not (re)computed",
    "fix the line the error points to and run the cell again", kind="cell_error")

@@ -39,7 +39,7 @@ from src.lessons.multihead_mistakes import (
     merge,
     split,
 )
-from src.spec import Check, Figure, Lesson, Step
+from src.spec import Check, Figure, Lesson, Rearrangement, Step
 
 #: The softmax the set-up gives (writing one was lesson 1's step): lesson 1's reference,
 #: stable, and zeros for a row that is entirely -inf.
@@ -178,6 +178,13 @@ def _output_vjp(inp, g, out):
 
 
 _HEAD_AXES = "[batch, head, token, feature]"
+#: Cell 4's heads are their source's numbers moved; Cell 7's are, once W_o is taken off.
+_SPLIT = {name: Rearrangement(source, split, "heads_rearranged")
+          for name, source in (("q_heads", "query"), ("k_heads", "key"), ("v_heads", "value"))}
+_MERGE = {"multihead_output": Rearrangement(
+    "head_outputs", merge, "merge_rearranged",
+    undo=lambda arr, inp: np.linalg.solve(np.asarray(inp["W_o"], np.float64).T,
+                                          np.swapaxes(arr, -1, -2)).swapaxes(-1, -2))}
 STEPS = (
     Step("mh_cell4_split", "mh_cell4_split_test", 4, inputs=("query", "key", "value"),
          variant=True, call="check_split_heads(query, key, value, q_heads, k_heads, v_heads)",
@@ -189,7 +196,7 @@ STEPS = (
                            {"q_heads": "query", "k_heads": "key", "v_heads": "value"}[name]]),
                        uses={"q_heads": ("query",), "k_heads": ("key",),
                              "v_heads": ("value",)},
-                       vjp=_split_vjp,
+                       vjp=_split_vjp, rearranged=_SPLIT,
                        doc="Cell 4: q_heads, k_heads, v_heads == query, key, value split into "
                            "8 heads of d_k = 8: [1, 6, 64] -> [1, 8, 6, 8] (batch, head, "
                            "token, d_k)."),)),
@@ -231,7 +238,7 @@ STEPS = (
          checks=(Check("multihead_output", 2.0, "Cell 7 — merge the heads and apply W_o",
                        ("multihead_output",), ("head_outputs",), ("head_weights", "v_heads"),
                        reference=lambda inp, name: merge(inp["head_outputs"]) @ inp["W_o"],
-                       vjp=_output_vjp,
+                       vjp=_output_vjp, rearranged=_MERGE,
                        doc="Cell 7: multihead_output == the heads merged back to [1, 6, 64] "
                            "(batch, token, head·d_k), then @ W_o: [1, 8, 6, 8] -> "
                            "[1, 6, 64]."),)),

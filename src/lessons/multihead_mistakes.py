@@ -90,6 +90,13 @@ _m("heads_interleaved", "split_heads", "each head takes every 8th feature",
    reproduce=lambda inp: np.transpose(inp[SOURCE_OF[inp["name"]]].reshape(
        1, LENGTH, D_K, N_HEADS), (0, 3, 1, 2)),
    shows="heads made of every 8th feature")
+_m("heads_rearranged", "split_heads", "the heads hold the right numbers in the wrong places",
+   "every number of the heads comes from the tensor they split, but the reshapes and "
+   "transposes put them elsewhere than the formula: head h must hold features 8h to "
+   "8h+7 of every token, each token in its own row",
+   "make each head's row hold one token's block of 8 features: check how your code picks "
+   "them (its slices, or the order of its reshape and transpose steps)",
+   kind="behaviour", said_first=True)
 
 # Cell 5: per-head scaled scores with the causal mask.
 _m("head_scores_not_scaled", "head_scores", "the scores are not scaled by 1/√d_k",
@@ -107,6 +114,23 @@ _m("head_scores_by_d_model", "head_scores", "divided by d_model, 64",
    "head's own width: √d_k = √8",
    "divide by math.sqrt(d_k) with d_k = 8",
    reproduce=lambda inp: masked(_raw(inp) / D_MODEL), shows="the masked product divided by 64")
+_m("head_scores_sqrt_precedence", "head_scores", "d_k ** 1/2 is not √d_k",
+   "** binds tighter than /, so d_k ** 1/2 is (d_k ** 1) / 2 = 4, and s / d_k ** 1/2 is "
+   "s / 8 / 2: the scores were divided by 4 or by 16, not by √8 ≈ 2.83",
+   "write the square root so that the power is taken first: a power of one half needs "
+   "its own parentheses (or use math.sqrt)",
+   reproduce=lambda inp: [masked(_raw(inp) / (D_K / 2)), masked(_raw(inp) / D_K / 2)],
+   shows=("the masked product divided by d_k ** 1 / 2 = 4",
+          "the masked product divided by 8, then by 2"))
+_m("mask_by_arithmetic", "head_scores", "-inf put in by arithmetic",
+   "the mask was applied by multiplying with -inf (or adding a product with -inf): "
+   "0 × -inf is NaN, not 0, so every score the mask keeps became NaN",
+   "place -inf only where causal_mask is False, with a fill or a choice between two "
+   "tensors, instead of multiplying the mask by -inf",
+   reproduce=lambda inp: [_raw(inp) / SQRT_DK + np.where(CAUSAL, np.nan, -np.inf),
+                          np.where(CAUSAL, np.nan, -np.inf) + 0 * _raw(inp)],
+   shows=("NaN where the mask keeps a score and -inf where it hides one",
+          "NaN where the mask keeps a score and -inf where it hides one"))
 _m("head_scores_times_sqrt_dk", "head_scores", "multiplied by √d_k instead of divided",
    "the product was multiplied by √d_k, which widens the scores instead of bringing their "
    "spread back to about 1",
@@ -192,6 +216,21 @@ _m("mask_after_softmax", "head_weights", "the mask was applied after the softmax
    "use head_scores, already masked with -inf, and apply the softmax to them: e^-inf = 0",
    reproduce=lambda inp: _softmax(_raw(inp) / SQRT_DK) * CAUSAL,
    shows="the unmasked softmax, then zeros above the diagonal")
+_m("head_softmax_twice", "head_weights", "the softmax was applied twice",
+   "a second softmax on the weights treats them as scores: the hidden tokens' weights of "
+   "0 become e⁰ = 1 before normalising, so every row flattens and the later tokens get "
+   "weight",
+   "apply the softmax once, to head_scores",
+   reproduce=lambda inp: _softmax(_softmax(inp["head_scores"])),
+   shows="the softmax of the softmax of head_scores")
+_m("masked_scores_as_zero", "head_weights", "the hidden scores counted as 0",
+   "the -inf of the mask were replaced by 0 (or by a number) before the softmax: a score "
+   "of 0 gets weight e⁰ like any other, so each query attends to the later tokens",
+   "give the softmax head_scores with their -inf: the softmax itself turns -inf into a "
+   "weight of 0",
+   reproduce=lambda inp: _softmax(np.where(np.isneginf(inp["head_scores"]), 0.0,
+                                           inp["head_scores"])),
+   shows="the softmax of head_scores with 0 in place of -inf")
 _m("head_outputs_weights_transposed", "head_outputs", "the weights are transposed",
    "each head's weights were transposed before the product, so output i mixes the values "
    "with key i's column of weights",
@@ -220,10 +259,25 @@ _m("merge_without_transpose", "multihead_output", "the heads were merged without
 _m("merge_interleaved", "multihead_output", "the heads' features were interleaved",
    "the features were merged in the order (d_k, head), so feature j of head h lands at "
    "h + 8j instead of 8h + j: W_o then mixes the wrong features",
-   "transpose to [1, 6, 8, 8] (batch, token, head, d_k) and reshape to [1, 6, 64]",
+   "put feature j of head h at place 8h + j of its token's merged row: the heads side by "
+   "side, each head's 8 features together",
    reproduce=lambda inp: np.transpose(inp["head_outputs"], (0, 2, 3, 1)).reshape(
        1, LENGTH, D_MODEL) @ inp["W_o"],
    shows="the merge in (feature, head) order, then @ W_o")
+_m("merge_rearranged", "multihead_output", "the heads were joined in the wrong order",
+   "before W_o, your merged heads hold the right numbers in other places: token t's row "
+   "must hold head 0's 8 features of token t, then head 1's, and so on to head 7's",
+   "make each token's merged row hold its 8 heads side by side: check the order of your "
+   "transpose and reshape steps",
+   kind="behaviour", said_first=True)
+_m("heads_averaged", "multihead_output", "the heads were averaged, not joined",
+   "the result is 1/8 of the right one: joining the 8 heads side by side and then "
+   "applying W_o adds up each head's share (a head's 8 features meet its own 8 rows of "
+   "W_o); a mean over the heads (or a division by n_heads) divides that sum by 8",
+   "join the heads' features into 64 per token, with no mean and no division, then "
+   "apply W_o",
+   reproduce=lambda inp: merge(inp["head_outputs"]) @ inp["W_o"] / N_HEADS,
+   shows="the right result divided by 8 (the heads averaged)")
 _m("w_o_transposed", "multihead_output", "W_o was applied transposed",
    "W_o is stored as the formula writes it, [H·d_k, d_model], on the right of the "
    "product; its transpose is nn.Linear's convention for its weight, not this one",

@@ -292,6 +292,11 @@ LESSON = Lesson(
                              "(-inf / √8 is -inf); a finite stand-in such as -1e9 is not",
         "any_split_spelling": "view or reshape or unflatten, then transpose or permute, or "
                               "split and stack: every spelling that gives the heads is right",
+        "judged_on_right_inputs": "each step cell is graded on the lesson's right inputs "
+                                  "(an earlier slip is charged once, in its own cell): code "
+                                  "that is right on them is right, even where it also covers "
+                                  "for an earlier cell's slip (Cell 6 zeroing the later "
+                                  "weights after the softmax when Cell 5 left them unmasked)",
         "from_its_inputs": "a step's result must come from the inputs its task names (as in "
                            "lesson 1): cut off from them in autograd (recomputed from x and "
                            "the layers, or detached) costs half the step in the graded run",

@@ -349,6 +349,14 @@ class _Captured:
                 else g.detach().float().numpy().copy() for g, i in zip(got, inputs)]
 
 
+#: Tensor methods that return a new tensor and have an in-place twin (name_): called on a
+#: line of their own, their result is lost.
+_OUT_OF_PLACE = {"masked_fill", "add", "sub", "mul", "div", "clamp", "exp", "log", "abs",
+                 "transpose", "permute", "reshape", "view", "softmax", "float", "double",
+                 "contiguous", "squeeze", "unsqueeze", "tril", "triu",
+                 "nan_to_num", "where"}
+
+
 def _discarded(source: str) -> list[str]:
     """Lines of a cell that compute a value and keep nothing of it (``scores / 8`` on a
     line of its own): said beside a wrong result, which they often explain."""
@@ -357,7 +365,9 @@ def _discarded(source: str) -> list[str]:
     except (SyntaxError, ValueError):
         return []
     found = [ast.unparse(n.value) for n in tree.body
-             if isinstance(n, ast.Expr) and isinstance(n.value, (ast.BinOp, ast.UnaryOp))]
+             if isinstance(n, ast.Expr) and (isinstance(n.value, (ast.BinOp, ast.UnaryOp)) or (
+                 isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Attribute)
+                 and n.value.func.attr in _OUT_OF_PLACE))]
     return [f if len(f) <= 80 else f[:79] + "…" for f in found[:2]]
 
 

@@ -169,6 +169,9 @@ attempt("float64 fixed back to float32 in Cell 7",
         expect={"attention_weights": "wrong_dtype"})
 
 # ---------------------------------------------------------------------- Cell 4 wrong
+attempt("a token loop from 1 (blind set 7)", expect={"projections": "range_off_by_one"},
+        by_design=DOWNSTREAM_OF_4, cell4=projections(
+            lambda p: f"torch.stack([{p}(x[0, i]) for i in range(1, 6)]).unsqueeze(0)"))
 attempt("key from q_proj", cell4="query = q_proj(x)\nkey = q_proj(x)\nvalue = v_proj(x)",
         expect={"projections": "swapped_projection"})
 attempt("q_proj for all three", cell4=projections(lambda p: "q_proj(x)"),
@@ -401,6 +404,12 @@ attempt("max over the queries", expect={"softmax": "max_and_sum_axes_differ",
         softmax=SM + """\
     exps = torch.exp(x - x.amax(dim=-2, keepdim=True))
     return exps / exps.sum(dim=dim, keepdim=True)""")
+# (on the lesson's [1, 6, 6] scores a max over axis 0 is each score itself: uniform weights)
+attempt("max over axis 0 (blind set 7)", expect={"softmax": "max_and_sum_axes_differ",
+                                                 "attention_weights": "constant_output"},
+        softmax=SM + """\
+    exps = torch.exp(x - x.amax(dim=0, keepdim=True))
+    return exps / exps.sum(dim=dim, keepdim=True)""")
 attempt("sum over everything", expect={"softmax": "whole_tensor_softmax",
                                        "attention_weights": "whole_tensor_softmax"},
         softmax=SM + """\
@@ -559,6 +568,19 @@ attempt("torch.matmul(value, weights)", expect={"attended_values": "values_befor
         same_idea_as="value @ weights", **values("torch.matmul(value, attention_weights)"))
 attempt("one sentence's value times its weights", expect={"attended_values": "operands_swapped"},
         **values("(value[0] @ attention_weights[0]).unsqueeze(0)"))
+attempt("one row object appended for every query (blind set 7)",
+        expect={"attended_values": "range_off_by_one"}, cell7="""\
+rows = []
+acc = torch.zeros(value.shape[-1])
+for i in range(6):
+    acc.zero_()
+    for j in range(6):
+        acc += attention_weights[0, i, j] * value[0, j]
+    rows.append(acc)
+attended_values = torch.stack(rows).unsqueeze(0)""")
+attempt("the weights recomputed from query and key (blind set 7)",
+        expect={"attention_weights": "detached_output"},
+        apply="attention_weights = softmax(query @ key.transpose(-2, -1) / math.sqrt(d_k))")
 attempt("values first", expect={"attended_values": "values_first"},
         **values("value.transpose(-2, -1) @ attention_weights.transpose(-2, -1)"))
 attempt("value.T", expect={"attended_values": "axes_permuted"},

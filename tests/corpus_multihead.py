@@ -266,6 +266,39 @@ parts = [head_outputs[:, h] @ blocks[h] for h in range(n_heads)]
 multihead_output = torch.stack(parts).mean(0)""")
 attempt("tokens and features swapped in the merge", {"multihead_output": "merge_rearranged"},
         merge="multihead_output = head_outputs.transpose(2, 3).reshape(1, 6, 64) @ W_o")
+attempt("a mask loop from i + 2", {"head_scores": "mask_differs"}, scores="""\
+head_scores = q_heads @ k_heads.transpose(-2, -1) / math.sqrt(d_k)
+for i in range(6):
+    for j in range(i + 2, 6):
+        head_scores[:, :, i, j] = float("-inf")""")
+attempt("masked_fill's result dropped", {"head_scores": "no_causal_mask"}, scores="""\
+head_scores = q_heads @ k_heads.transpose(-2, -1) / math.sqrt(d_k)
+head_scores.masked_fill(~causal_mask, float("-inf"))""")
+attempt("√8 typed as 2.83", {"head_scores": "scalar_multiple"},
+        scores=scores("(raw_scores / 2.83).masked_fill(~causal_mask, float('-inf'))"))
+attempt("every head against head 0's keys", {"head_scores": "range_off_by_one"}, scores="""\
+rows = [q_heads[:, h] @ k_heads[:, 0].transpose(-2, -1) for h in range(n_heads)]
+raw_scores = torch.stack(rows, dim=1) / math.sqrt(d_k)
+head_scores = raw_scores.masked_fill(~causal_mask, float("-inf"))""")
+attempt("log_softmax", {"head_weights": "head_log_softmax",
+                        "head_outputs": "from_wrong_input"}, weights="""\
+head_weights = torch.log_softmax(head_scores, dim=-1)
+head_outputs = head_weights @ v_heads""")
+attempt("the scores as weights for the values", {"head_outputs": "wrong_operand"},
+        weights="""\
+head_weights = softmax(head_scores, dim=-1)
+head_outputs = head_scores @ v_heads""")
+attempt("one accumulator for every head", {"head_outputs": "range_off_by_one"}, weights="""\
+head_weights = softmax(head_scores, dim=-1)
+acc = torch.zeros(6, d_k)
+outs = []
+for h in range(n_heads):
+    acc += head_weights[0, h] @ v_heads[0, h]
+    outs.append(acc)
+head_outputs = torch.stack(outs).unsqueeze(0)""")
+attempt("a residual of the merged heads", {"multihead_output": "extra_term"}, merge="""\
+merged = head_outputs.transpose(1, 2).reshape(1, 6, 64)
+multihead_output = merged @ W_o + merged""")
 attempt("the output detached", {"multihead_output": "detached_output"}, merge="""\
 merged = head_outputs.transpose(1, 2).reshape(1, 6, 64)
 multihead_output = (merged @ W_o).detach()""")

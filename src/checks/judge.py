@@ -25,6 +25,7 @@ from src.checks.results import CheckResult, Summary, _mistake_text
 from src.checks.shapes import misfit
 from src.checks.util import (
     LIMITS,
+    TOL,
     _close,
     _close_masked,
     _constant,
@@ -191,7 +192,7 @@ def _as_factor(arr, expected):
         return None
     arr, expected = _unmasked(arr, expected)
     c = _ratio(arr, expected)
-    if not np.isfinite(c) or abs(c - 1) < 1e-3 or abs(c) < 1e-6:
+    if not np.isfinite(c) or abs(c - 1) < 2 * TOL["rtol"] or abs(c) < 1e-6:
         return None
     return c if _close(arr, c * expected) else None
 
@@ -246,6 +247,8 @@ def _match_value(lesson, check, name, arr, contexts, view):
             for k, variant in enumerate(ctx.variants(m, name)):
                 if _close(variant, expected):  # the mistake makes no difference here
                     continue
+                if m.fns and _constant(variant):  # (a function's mistake that gives a
+                    continue  # constant here is no more certain than "constant_output")
                 lost = variant.shape[:1] == (1,) and arr.shape == variant.shape[1:]
                 if _close(arr, variant) or (lost and _close(arr, variant[0])):
                     return m.id, _symptom(lesson, check, m, name, arr,
@@ -284,7 +287,18 @@ _POWERS = ((0.25, "the fourth root of {c}"), (0.5, "√{c}"), (1.0, "{c}"), (1.5
 
 def _factor_words(lesson, c: float) -> str:
     """", which is the fourth root of d_k (64)", when the factor ``c`` is a power of one of
-    the spec's constants (``facts["constants"]``), or of its inverse; else ""."""
+    the spec's constants (``facts["constants"]``), or of its inverse, or the ratio of such
+    a power to itself rounded to a few digits (2.83 for √8); else ""."""
+    for const, value in lesson.facts.get("constants", {}).items():
+        for power, words in _POWERS:
+            exact = value ** power
+            for k in range(1, 4):
+                typed = round(exact, k)
+                if typed != exact and typed and np.isclose(c, exact / typed, rtol=1e-6,
+                                                           atol=0) and abs(c - 1) > 1e-9:
+                    said = words.format(c=const)
+                    return (f": {said} rounded to {_fmt(typed)} (it is {exact:.6g}...), "
+                            f"a factor of {exact:.6g} / {_fmt(typed)}")
     for const, value in lesson.facts.get("constants", {}).items():
         for power, words in _POWERS:
             for sign, how in ((1, ""), (-1, "1 / ")):
@@ -294,7 +308,7 @@ def _factor_words(lesson, c: float) -> str:
     return ""
 
 
-def _substitution(lesson, check, name, arr, ctx, view=None):
+def _substitution(lesson, check, name, arr, ctx, view=None, close=_close):
     """("wrong_operand", what we saw) when ``arr`` is the check's formula (its spec's
     reference) with one of its inputs, or two, replaced by another tensor of the lesson made
     before this step (or by one transposed): the search over the formula's small changes
@@ -311,7 +325,8 @@ def _substitution(lesson, check, name, arr, ctx, view=None):
     # (a view or reshape in a transpose's place: the numbers scrambled, not swapped)
     options = {p: [(n, None) for n in scope if n != p] + [(n, "T") for n in scope] + [
         (p, "view")] + [(p, axis) for axis in range(1, ctx.inp[p].ndim)] + [
-        (p, ("last", axis)) for axis in range(1, ctx.inp[p].ndim)] if p in ctx.inp else []
+        (p, ("last", axis)) for axis in range(1, ctx.inp[p].ndim)] + [
+        (p, ("first", axis)) for axis in range(1, ctx.inp[p].ndim - 2)] if p in ctx.inp else []
         for p in places}
     changes = [[(p, o)] for p in places for o in options[p]]
     if len(places) == 2:
@@ -329,6 +344,8 @@ def _substitution(lesson, check, name, arr, ctx, view=None):
         if isinstance(op, int):
             a = a.copy()
             a[(slice(None),) * op + (-1,)] = 0
+        if isinstance(op, tuple) and op[0] == "first":  # the first slice for every slice
+            return np.broadcast_to(np.take(a, [0], axis=op[1]), a.shape)
         if isinstance(op, tuple):  # only the last slice along the axis
             a = a.copy()
             a[(slice(None),) * op[1] + (slice(0, -1),)] = 0
@@ -342,6 +359,10 @@ def _substitution(lesson, check, name, arr, ctx, view=None):
         if isinstance(op, int):
             where = _axis_words(lesson, p, op, ctx.inp[p].ndim)
             return f"the last slice along {where} of `{p}` left out (a range one short)"
+        if isinstance(op, tuple) and op[0] == "first":
+            where = _axis_words(lesson, p, op[1], ctx.inp[p].ndim)
+            return (f"`{p}`'s first slice along {where} used for every one (an index 0 "
+                    "where the loop's own index belongs)")
         if isinstance(op, tuple):
             where = _axis_words(lesson, p, op[1], ctx.inp[p].ndim)
             return (f"only the last slice along {where} of `{p}` (a running total "
@@ -358,15 +379,15 @@ def _substitution(lesson, check, name, arr, ctx, view=None):
         for change in changes:
             try:
                 got = apply(ctx.inp, change)
-                if not (got.shape == arr.shape and _close(arr, got)) or _close(got, expected):
+                if not (got.shape == arr.shape and close(arr, got)) or close(got, expected):
                     continue
-                if second is not None and not _close(second[1], apply(second[0], change),
-                                                     second[2]):
+                if second is not None and not close(second[1], apply(second[0], change),
+                                                    second[2]):
                     continue  # (a coincidence of the lesson's numbers)
             except (ValueError, IndexError, KeyError, TypeError):
                 continue
             said = " and ".join(words(p, n, op) for p, (n, op) in change)
-            loop = any(isinstance(op, (int, tuple)) for _, (_, op) in change)
+            loop = any(isinstance(op, (int, tuple)) for _, (_, op) in change)  # (an index)
             return ("range_off_by_one" if loop else "wrong_operand",
                     f"`{name}` is the formula with {said}.")
     return None
@@ -609,6 +630,19 @@ def _structural(lesson, check, name, arr, expected):
                             f"`{name}` is the formula's result {how} over {where}: one "
                             f"{'entry' if got.ndim < expected.ndim else 'slice'} where the "
                             f"formula keeps every position along {where}.")
+            # (one tensor object appended or written on each pass of a loop: every slice is
+            # that object's final state, the last slice or, added to, the sum of them all)
+            if n > 1 and not _close(expected, np.take(expected, [-1], axis=axis)):
+                for got, how in ((np.take(expected, [-1], axis=axis),
+                                  "the formula's last slice"),
+                                 (expected.sum(axis=axis, keepdims=True),
+                                  "the sum of all the formula's slices")):
+                    got = np.broadcast_to(got, expected.shape)
+                    if arr.shape == got.shape and _close(arr, got):
+                        return "range_off_by_one", (
+                            f"every slice of `{name}` along {where} is {how}: one object "
+                            "kept and changed on every pass of a loop (each entry shows its "
+                            "final state).")
             total = np.cumsum(expected, axis=axis)
             if arr.shape == total.shape and _close(arr, total) and not _close(total, expected):
                 return "range_off_by_one", (f"each slice of `{name}` along {where} adds up the "
@@ -742,10 +776,15 @@ def _behaviour(lesson, check, name, arr, ctx, view):
         return found
     if arr.shape == expected.shape:
         extra = arr - expected
-        for other, t in ctx.inp.items():
-            if other != name and isinstance(t, np.ndarray) and np.shape(t) == arr.shape \
+        terms = [(f"`{other}`", t) for other, t in ctx.inp.items() if other != name]
+        # (a rearrangement's source as the formula rearranges it: a residual of the merge)
+        terms += [(f"`{r.source}` rearranged as the formula rearranges it (before what "
+                   "follows)", r.arrange(np.asarray(ctx.inp[r.source], np.float64)))
+                  for r in check.rearranged.values() if r.source in ctx.inp]
+        for other, t in terms:
+            if isinstance(t, np.ndarray) and np.shape(t) == arr.shape \
                     and np.abs(t).max() > 1e-6 and _close(extra, t):
-                return "extra_term", f"`{name}` equals the right result plus `{other}`."
+                return "extra_term", f"`{name}` equals the right result plus {other}."
         if (expected < -1e-3).any() and (arr >= 0).all():
             how = ("max(·, 0) of the right result (a ReLU)" if _close(arr, np.maximum(
                 expected, 0)) else "never negative, although the right result is")
@@ -891,6 +930,69 @@ def _upstream_slip(lesson, cell, inputs):
     return ""
 
 
+def _close_nonfinite(a, b, tol=None):
+    """Like :func:`_close`, where both arrays hold NaN, +inf and -inf in the same places
+    (a formula applied to -inf scores: what a changed formula gives on a mask)."""
+    if a is None or b is None or a.shape != b.shape:
+        return False
+    same = all(np.array_equal(f(a), f(b)) for f in (np.isnan, np.isposinf, np.isneginf))
+    fin = np.isfinite(a)
+    return same and _close(a[fin], b[fin], tol)
+
+
+def _fewer(lesson, name, arr, expected):
+    """("range_off_by_one", what we saw) when ``arr`` is the right result with one slice
+    fewer along one axis (its first or its last: a loop that starts at 1 or stops one
+    short, its results stacked); None otherwise."""
+    if arr.ndim != expected.ndim:
+        return None
+    differ = [a for a in range(arr.ndim) if arr.shape[a] != expected.shape[a]]
+    if len(differ) != 1 or arr.shape[differ[0]] != expected.shape[differ[0]] - 1:
+        return None
+    axis = differ[0]
+    where = _axis_words(lesson, name, axis, expected.ndim)
+    n = expected.shape[axis]
+    for kept, left in ((slice(1, None), "first"), (slice(0, n - 1), "last")):
+        part = expected[(slice(None),) * axis + (kept,)]
+        if _close(arr, part):
+            return "range_off_by_one", (f"`{name}` has shape {list(arr.shape)}: the formula's "
+                                        f"result without its {left} slice along {where} (a "
+                                        "loop whose range is one short).")
+    return None
+
+
+def _mask_moved(lesson, name, arr, expected):
+    """("mask_differs", what we saw) when ``arr``'s only non-finite entries are -inf, it
+    agrees with ``expected`` wherever both are finite, and its -inf stand elsewhere than
+    ``expected``'s (a mask of the wrong shape); None otherwise. Said in the last two axes'
+    words, for the first [query, key] block that differs."""
+    if "mask_differs" not in lesson.mistakes or arr.shape != expected.shape or arr.ndim < 2 \
+            or np.isnan(arr).any() or np.isposinf(arr).any() or not np.isneginf(expected).any():
+        return None
+    both = np.isfinite(arr) & np.isfinite(expected)
+    if not _close(arr[both], expected[both]):
+        return None
+    hid, want = np.isneginf(arr), np.isneginf(expected)
+    if (hid == want).all():
+        return None
+    blocks = (hid != want).reshape(-1, *arr.shape[-2:]).any(axis=(1, 2))
+    k = int(np.argmax(blocks))
+    h, w = hid.reshape(-1, *arr.shape[-2:])[k], want.reshape(-1, *arr.shape[-2:])[k]
+    words = [x.strip() for x in lesson.axes.get(name, "").strip("[]").split(",")]
+    row, col = (words[-2], words[-1]) if len(words) == arr.ndim else ("row", "column")
+
+    def pairs(m):
+        at = [f"({row} {i}, {col} {j})" for i, j in zip(*np.nonzero(m))]
+        return ", ".join(at[:4]) + (f" and {len(at) - 4} more" if len(at) > 4 else "")
+
+    said = [f"hides {pairs(h & ~w)}, which the mask keeps" if (h & ~w).any() else "",
+            f"keeps {pairs(w & ~h)}, which the mask hides" if (w & ~h).any() else ""]
+    same = blocks.all() and all((hid.reshape(-1, *arr.shape[-2:]) == h).all(axis=(1, 2)))
+    where = "in every block" if same else "in its first block that differs"
+    return "mask_differs", (f"`{name}` puts -inf in other places than the causal mask: "
+                            f"{where} it {' and '.join(x for x in said if x)}.")
+
+
 def _match_masked(lesson, check, name, arr, contexts):
     """(mistake id, what we saw) of an entry whose output holds -inf (a mask), or None."""
     for m in lesson.value_entries(check.name):
@@ -969,6 +1071,11 @@ def _judge_output(lesson, check, name, view, contexts, strict, inputs, cell):
     if not np.isfinite(arr).all() and not any(masks_agree(arr, c.expected(name))
                                               for c in contexts):
         f.mistake, f.seen = _match_masked(lesson, check, name, arr, contexts)
+        if f.mistake is None and check.reference:  # (a mask moved; a tensor for another)
+            found = _mask_moved(lesson, name, arr, contexts[0].expected(name)) or \
+                _substitution(lesson, check, name, arr, contexts[0], view, _close_nonfinite)
+            if found:
+                f.mistake, f.seen = found
         if f.mistake is None:
             f.mistake = "nan_or_inf"
             f.seen = (f"`{name}` contains {int((~np.isfinite(arr)).sum())} NaN or inf "
@@ -991,6 +1098,10 @@ def _judge_output(lesson, check, name, view, contexts, strict, inputs, cell):
     if f.mistake is not None:
         return f
     expected = contexts[0].expected(name)
+    found = _fewer(lesson, name, arr, expected) if arr.shape != expected.shape else None
+    if found:
+        f.mistake, f.seen = found
+        return f
     if arr.shape != expected.shape:
         f.message = (f"`{name}` has shape {list(arr.shape)}, not {list(expected.shape)} "
                      f"{lesson.axes.get(name, '')}. Next step: check the order of the operands "

@@ -331,7 +331,8 @@ _m("max_and_sum_axes_differ", "softmax", "max over one axis and sum over another
    "take the maximum and the sum over the same axis: the function's dim",
    fns=_fns(lambda x, d: _max_sum(x, _other_axis(x, d), d),
             lambda x, d: _max_sum(x, d, _other_axis(x, d)),
-            lambda x, d: _max_sum(x, -1, d), lambda x, d: _max_sum(x, d, -1)))
+            lambda x, d: _max_sum(x, -1, d), lambda x, d: _max_sum(x, d, -1),
+            lambda x, d: _max_sum(x, 0, d)))
 _m("whole_tensor_softmax", "softmax", "normalised over the whole tensor",
    "the sum runs over every entry, not along dim: all the weights together sum to 1, "
    "each row far less",
@@ -671,10 +672,10 @@ _m("returned_none", "any", "a function returned None",
    kind="returned_none")
 _m("detached_output", "any", "the result does not come from this cell's inputs",
    "the values are right, but autograd shows the tensor does not depend on an input the "
-   "task names (.detach(), torch.no_grad(), .data, NumPy, rebuilt from numbers, or "
-   "recomputed from other tensors): no gradient could flow back through it",
+   "task names (.detach(), torch.no_grad(), .data, .item() or float(), NumPy, rebuilt "
+   "from numbers, or recomputed from other tensors): no gradient could flow back through it",
    "compute it from this cell's inputs with tensor operations alone: no torch.tensor(...), "
-   "NumPy, .detach() or no_grad",
+   "NumPy, .item(), .detach() or no_grad",
    kind="detached_output", cost=HALF, strict_only=True)
 _m("backward_fails", "any", "autograd cannot go back through the result",
    "computing its gradient raised an error: an in-place operation (exp_(), /=, "

@@ -139,14 +139,14 @@ _m("head_scores_times_sqrt_dk", "head_scores", "multiplied by √d_k instead of 
 _m("no_causal_mask", "head_scores", "the causal mask is missing",
    "every token may look at every other one, the later ones included: a decoder that "
    "predicts the next token must not see it",
-   "set the scores where causal_mask is False to -inf: scores.masked_fill(~causal_mask, "
-   "float('-inf'))",
+   "after scaling, put -inf in the scores wherever causal_mask is False (and keep the "
+   "result: a method without a trailing _ returns a new tensor)",
    reproduce=lambda inp: _raw(inp) / SQRT_DK, shows="the scaled scores, nothing masked")
 _m("mask_inverted", "head_scores", "the mask is the wrong way round",
    "-inf was put where causal_mask is True (a token and the ones before it) and the later "
    "tokens kept: causal_mask says where a query MAY look (PyTorch's convention)",
-   "mask where causal_mask is False: masked_fill(~causal_mask, float('-inf')), or "
-   "torch.where(causal_mask, scores, float('-inf'))",
+   "put -inf where causal_mask is False, not where it is True: the mask names the "
+   "positions a query may see",
    reproduce=lambda inp: masked(_raw(inp) / SQRT_DK, ~CAUSAL),
    shows="-inf on and below the diagonal, the later tokens kept")
 _m("mask_transposed", "head_scores", "each token sees the later tokens, not the earlier",
@@ -165,7 +165,7 @@ _m("mask_hides_self", "head_scores", "each token is hidden from itself",
 _m("mask_with_zero", "head_scores", "the masked scores were set to 0, not -inf",
    "a score of 0 still gets weight e⁰ = 1 in the softmax, as much as any other: only "
    "-inf gives a later token weight 0",
-   "fill with float('-inf'): masked_fill(~causal_mask, float('-inf'))",
+   "fill the hidden positions with minus infinity instead of 0",
    reproduce=lambda inp: masked(_raw(inp) / SQRT_DK, fill=0.0),
    shows="0 where the mask hides a score")
 _m("mask_finite", "head_scores", "a large finite number instead of -inf",
@@ -178,6 +178,13 @@ _m("mask_finite", "head_scores", "a large finite number instead of -inf",
        -1e9, -1e4, -1e10, -1e20, -1e30, float(np.finfo(np.float32).min), -1e38)] + [
        _raw(inp) / SQRT_DK + np.where(CAUSAL, 0.0, f) for f in (-1e4, -1e9)],
    shows="a large negative number where the mask hides a score")
+_m("mask_differs", "head_scores", "-inf in other places than the causal mask",
+   "the scores are right where they are kept, but the -inf stand elsewhere than where "
+   "causal_mask is False: a mask of its own whose triangle or diagonal is off, or a loop "
+   "whose bounds are",
+   "compare your -inf, row by row, with causal_mask: exactly the keys after each query, "
+   "none on the diagonal",
+   kind="behaviour")
 _m("head_scores_transposed", "head_scores", "the product is transposed (K Qᵀ)",
    "each head's scores were computed as keys times queries, so row i holds key i's "
    "scores: the mask then hides the wrong pairs",
@@ -205,6 +212,12 @@ _m("head_softmax_missing", "head_weights", "the softmax was not applied",
    "head_weights holds the scores themselves, -inf included",
    "apply the set-up's softmax to head_scores along the keys (dim=-1)",
    reproduce=lambda inp: inp["head_scores"], shows="head_scores unchanged")
+_m("head_log_softmax", "head_weights", "a log-softmax, not the softmax",
+   "the weights are the logarithms of the softmax (log_softmax, or a log of it): they are "
+   "negative, -inf where the mask hides a key, and a row does not sum to 1",
+   "take the softmax itself, whose weights lie between 0 and 1",
+   reproduce=lambda inp: np.log(_softmax(inp["head_scores"])),
+   shows="the logarithm of the softmax of head_scores")
 _m("head_scores_rescaled", "head_weights", "the scores were scaled again",
    "Cell 5 already divided by √d_k; dividing again flattens every row",
    "apply the softmax to head_scores as they are",

@@ -34,7 +34,13 @@ DECIDED = {"attempts.json": {},
            # lesson 2's second (README, "Lesson 2"), measured as committed, before tuning
            "multihead2.json": {("m2-001", "6"): "judged_on_right_inputs",
                                ("m2-064", "4"): "from_its_inputs",
-                               ("m2-074", "4"): "from_its_inputs"}}
+                               ("m2-074", "4"): "from_its_inputs"},
+           # lesson 2's third, measured as committed, before tuning: NumPy round trips
+           "multihead3.json": {(a, c): "from_its_inputs" for a, c in (
+               ("m3-028", "4"), ("m3-028", "6"), ("m3-076", "4"), ("m3-076", "6"),
+               ("m3-076", "7"))},
+           # measured as committed, before any tuning to it (README, "The eighth blind set")
+           "attempts8.json": {("b8-091", "6"): "softmax_float32"}}
 
 
 def test_every_decision_is_the_specs_and_readme_states_it():

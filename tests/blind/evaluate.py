@@ -92,6 +92,33 @@ def evaluate(items=None, spec=None):
     return rows
 
 
+def pasted(rows, spec=None) -> list:
+    """[(id, cell, fragment, check)] for every code fragment of every failing message in
+    ``rows`` (as tests/test_no_answer.py cuts them: backticked spans, the longest code in
+    each clause, an expression as the value of each name the step assigns) that earns a
+    check when pasted alone into its step cell and replayed as grading replays it."""
+    from tests.test_no_answer import candidates
+
+    lesson = spec or verify.LESSON
+    setup = _setup(lesson)[1]
+    step_of = {str(s.number): s for s in lesson.steps}
+    earned, seen = [], set()
+    for r in rows:
+        if not r["message"]:
+            continue
+        step = step_of[r["cell"]]
+        for src in sorted(candidates(r["message"], step.names)):
+            if (step.cell, src) in seen:
+                continue
+            seen.add((step.cell, src))
+            data = replay.replay_step(lesson, step.cell, src + "\n", setup, None, 3)
+            for res in verify.judge_replay(step.test, data, strict=True).results:
+                if res.score == res.max_score:
+                    earned.append((r["id"], r["cell"], src, res.step))
+    pasted.tried = len(seen)
+    return earned
+
+
 def figure(rows) -> str:
     wrong = [r for r in rows if not r["label"]["correct"]]
     right = [r for r in rows if r["label"]["correct"]]
@@ -117,6 +144,12 @@ def main(argv=None):
                       f"{r['score']:g}/{r['max']:g} | label: {r['label']['mistake']}\n"
                       f"    says: {r['first']}")
     print(figure(rows))
+    if "--pasted" in args:  # (a replay per fragment: about a minute a set)
+        earned = pasted(rows, spec)
+        for e in earned:
+            print("earns when pasted:", *e)
+        print(f"pasted: {pasted.tried} distinct message fragments tried, {len(earned)} earn "
+              "a check")
 
 
 if __name__ == "__main__":

@@ -169,6 +169,11 @@ attempt("float64 fixed back to float32 in Cell 7",
         expect={"attention_weights": "wrong_dtype"})
 
 # ---------------------------------------------------------------------- Cell 4 wrong
+attempt("the given layers re-initialised (blind set 8)", expect={"projections": "new_layers"},
+        by_design=DOWNSTREAM_OF_4, cell4="""\
+for layer in (q_proj, k_proj, v_proj):
+    torch.nn.init.xavier_uniform_(layer.weight)
+""" + projections(lambda p: f"{p}(x)"))
 attempt("a token loop from 1 (blind set 7)", expect={"projections": "range_off_by_one"},
         by_design=DOWNSTREAM_OF_4, cell4=projections(
             lambda p: f"torch.stack([{p}(x[0, i]) for i in range(1, 6)]).unsqueeze(0)"))
@@ -404,9 +409,10 @@ attempt("max over the queries", expect={"softmax": "max_and_sum_axes_differ",
         softmax=SM + """\
     exps = torch.exp(x - x.amax(dim=-2, keepdim=True))
     return exps / exps.sum(dim=dim, keepdim=True)""")
-# (on the lesson's [1, 6, 6] scores a max over axis 0 is each score itself: uniform weights)
+# (on the lesson's [1, 6, 6] scores a max over axis 0 is each score itself: uniform weights,
+# told as made with the wrong function)
 attempt("max over axis 0 (blind set 7)", expect={"softmax": "max_and_sum_axes_differ",
-                                                 "attention_weights": "constant_output"},
+                                                 "attention_weights": "from_wrong_function"},
         softmax=SM + """\
     exps = torch.exp(x - x.amax(dim=0, keepdim=True))
     return exps / exps.sum(dim=dim, keepdim=True)""")

@@ -299,6 +299,38 @@ head_outputs = torch.stack(outs).unsqueeze(0)""")
 attempt("a residual of the merged heads", {"multihead_output": "extra_term"}, merge="""\
 merged = head_outputs.transpose(1, 2).reshape(1, 6, 64)
 multihead_output = merged @ W_o + merged""")
+attempt("+inf for the hidden scores", {"head_scores": "mask_positive_inf"},
+        scores=scores(f"({SCALED}).masked_fill(~causal_mask, float('inf'))"))
+attempt("the mask set outside the head loop", {"head_scores": "mask_differs"}, scores="""\
+head_scores = torch.empty(1, n_heads, 6, 6)
+for h in range(n_heads):
+    head_scores[0, h] = q_heads[0, h] @ k_heads[0, h].T / math.sqrt(d_k)
+head_scores[0, h] = head_scores[0, h].masked_fill(~causal_mask, float("-inf"))""")
+attempt("√ of the token count", {"head_scores": "scalar_multiple"},
+        scores=scores("(raw_scores / k_heads.size(-2) ** 0.5).masked_fill(~causal_mask, "
+                      "float('-inf'))"))
+attempt("divided by the sum of everything", {"head_weights": "head_weights_whole_sum"},
+        weights="""\
+e = torch.exp(head_scores - head_scores.amax(dim=-1, keepdim=True))
+head_weights = e / e.sum()
+head_outputs = head_weights @ v_heads""")
+attempt("per-head sums without keepdim", {"head_weights": "head_keepdim_missing"},
+        weights="""\
+head_weights = torch.empty_like(head_scores)
+for h in range(n_heads):
+    e = head_scores[0, h].exp()
+    head_weights[0, h] = e / e.sum(-1)
+head_outputs = head_weights @ v_heads""")
+attempt("the weights softmaxed in the product", {"head_outputs":
+                                                 "head_outputs_weights_softmaxed"},
+        weights="""\
+head_weights = softmax(head_scores, dim=-1)
+head_outputs = softmax(head_weights, dim=-1) @ v_heads""")
+attempt("heads written at h:h+8", {"multihead_output": "merge_rearranged"}, merge="""\
+merged = torch.zeros(1, 6, d_model)
+for h in range(n_heads):
+    merged[:, :, h:h + 8] = head_outputs[:, h]
+multihead_output = merged @ W_o""")
 attempt("the output detached", {"multihead_output": "detached_output"}, merge="""\
 merged = head_outputs.transpose(1, 2).reshape(1, 6, 64)
 multihead_output = (merged @ W_o).detach()""")

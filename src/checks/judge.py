@@ -27,7 +27,6 @@ from src.checks.util import (
     LIMITS,
     TOL,
     _close,
-    _close_masked,
     _constant,
     _error_text,
     _fmt,
@@ -299,6 +298,13 @@ def _factor_words(lesson, c: float) -> str:
                     said = words.format(c=const)
                     return (f": {said} rounded to {_fmt(typed)} (it is {exact:.6g}...), "
                             f"a factor of {exact:.6g} / {_fmt(typed)}")
+    consts = lesson.facts.get("constants", {})
+    for (a, va), (b, vb) in itertools.permutations(consts.items(), 2):
+        for power, words in _POWERS[1:3]:  # (√ and the constant itself)
+            if np.isclose(c, (va / vb) ** power, rtol=1e-4):
+                ours, theirs = words.format(c=b), words.format(c=a)
+                return (f": divided by {ours} ({b} = {_fmt(vb)}) where the formula divides "
+                        f"by {theirs} ({a} = {_fmt(va)})")
     for const, value in lesson.facts.get("constants", {}).items():
         for power, words in _POWERS:
             for sign, how in ((1, ""), (-1, "1 / ")):
@@ -746,9 +752,20 @@ def _rearranged(lesson, check, name, arr, ctx):
         words = [f"axis {i}" for i in range(want.ndim)]
     row = ", ".join(f"{words[a]} {int(i)}" for a, i in enumerate(at) if want.shape[a] > 1)
     said = "merged row" if r.undo else "row"
-    return r.mistake, (f"your {said} of `{name}` at {row} holds `{r.source}`'s "
-                       f"{_places(lesson, r.source, rows_g[k])}; the formula puts "
-                       f"{_places(lesson, r.source, rows_w[k])} there.")
+    lost = np.setdiff1d(want, where).size
+    if lost:  # (numbers written over others, or read twice: not a rearrangement)
+        return r.mistake, (f"your {'merged ' if r.undo else ''}`{name}` holds some of "
+                           f"`{r.source}`'s numbers more than once and {lost} of them not at "
+                           f"all: parts were written over each other or read twice (the "
+                           f"{said} at {row} holds {_places(lesson, r.source, rows_g[k])}).")
+    mine, theirs = _places(lesson, r.source, rows_g[k]), _places(lesson, r.source, rows_w[k])
+    if mine == theirs:  # (the same places, in another order within the row)
+        j = int(np.argmax(rows_g[k] != rows_w[k]))
+        mine = _places(lesson, r.source, rows_g[k][j:j + 1])
+        theirs = _places(lesson, r.source, rows_w[k][j:j + 1])
+        row += f", entry {j}"
+    return r.mistake, (f"your {said} of `{name}` at {row} holds `{r.source}`'s {mine}; the "
+                       f"formula puts {theirs} there.")
 
 
 def _behaviour(lesson, check, name, arr, ctx, view):
@@ -815,8 +832,12 @@ def _behaviour(lesson, check, name, arr, ctx, view):
     if check.upstream and view.grads:  # what it must depend on: its inputs, and only those
         used = {n for n, g in view.grads.items() if np.any(g)}
         need = check.uses.get(name, check.upstream)
-        missing = [n for n in need if n not in used]
-        extra = sorted(used - set(need))
+        cell_no = lesson.step_of_check[check.name].number
+        missing = [n for n in need if n not in used and lesson.made_in.get(n) != cell_no]
+        # (what a tensor made in this cell is made from is used through it, rightly)
+        via = {u for c in lesson.checks.values() for o in c.outputs if o in need
+               and lesson.made_in.get(o) == cell_no for u in c.upstream}
+        extra = sorted(used - set(need) - via)
         if missing or extra:
             said = [f"does not use {_listing(missing)}" if missing else "",
                     f"uses {_listing(extra)}" if extra else ""]
@@ -900,6 +921,8 @@ def _fitted(lesson, check, name, arr, expected):
     if arr.ndim < 2:
         return None
     rows_e, rows_a = expected.reshape(-1, arr.shape[-1]), arr.reshape(-1, arr.shape[-1])
+    if np.allclose(rows_e.sum(-1), 1, atol=1e-6):  # (the formula normalises each row: a
+        return None  # wrong normalisation is not "a normalisation the formula lacks")
     fits = [_lstsq(np.stack([r, np.ones_like(r)], 1), s) for r, s in zip(rows_e, rows_a)
             if np.ptp(r) > 1e-9]
     spread = max(float(np.abs(rows_e).max()), 1e-12)
@@ -987,10 +1010,18 @@ def _mask_moved(lesson, name, arr, expected):
 
     said = [f"hides {pairs(h & ~w)}, which the mask keeps" if (h & ~w).any() else "",
             f"keeps {pairs(w & ~h)}, which the mask hides" if (w & ~h).any() else ""]
-    same = blocks.all() and all((hid.reshape(-1, *arr.shape[-2:]) == h).all(axis=(1, 2)))
+    hid_b = hid.reshape(-1, *arr.shape[-2:])
+    same = blocks.all() and all((hid_b == h).all(axis=(1, 2)))
     where = "in every block" if same else "in its first block that differs"
-    return "mask_differs", (f"`{name}` puts -inf in other places than the causal mask: "
-                            f"{where} it {' and '.join(x for x in said if x)}.")
+    seen = (f"`{name}` puts -inf in other places than the causal mask: {where} it "
+            f"{' and '.join(x for x in said if x)}.")
+    bare = ~hid_b.any(axis=(1, 2))
+    if (~blocks).any() and (bare | ~blocks).all():  # (some blocks right, the rest bare)
+        seen = (f"`{name}` is masked right in {int((~blocks).sum())} of its {len(blocks)} "
+                f"[{row}, {col}] blocks and not at all in the other {int(bare.sum())}: the "
+                "mask reached only some of them (a masking line outside the loop over them, "
+                "or an index that stays fixed).")
+    return "mask_differs", seen
 
 
 def _match_masked(lesson, check, name, arr, contexts):
@@ -1000,10 +1031,10 @@ def _match_masked(lesson, check, name, arr, contexts):
             continue
         for ctx in contexts:
             for i, variant in enumerate(ctx.variants(m, name)):
-                if _close_masked(arr, variant):
-                    masked, nan = int(np.isneginf(arr).sum()), int(np.isnan(arr).sum())
+                if _close_nonfinite(arr, variant):
                     holds = " and ".join(f"{what} at {n}" for what, n in (
-                        ("-inf", masked), ("NaN", nan)) if n)
+                        ("-inf", int(np.isneginf(arr).sum())), ("+inf", int(np.isposinf(
+                            arr).sum())), ("NaN", int(np.isnan(arr).sum()))) if n)
                     return m.id, (f"`{name}` holds {holds} of its {arr.size} "
                                   f"entries; it equals {_shows(m, i)}.")
     return None, ""
@@ -1273,7 +1304,8 @@ def judge(grade_id: str, data: Mapping, *, strict: bool = False,
         if fn is None or user is None or fn.score > 0 or user.passed:
             continue
         m = lesson.mistakes.get(user.mistake)
-        if m is None or m.kind == "behaviour":  # (read off the result: the function's doing)
+        # (read off the result, a behaviour or a constant: the function's doing)
+        if m is None or m.kind == "behaviour" or m.id == "constant_output":
             m = lesson.mistakes["from_wrong_function"]
             user.mistake, user.mistake_title = m.id, m.title
             user.message = _mistake_text(m, f"your `{check.uses_function}` function is wrong "

@@ -356,7 +356,7 @@ LESSON = Lesson(
     tolerances=dict(tol=TOL, strict=STRICT_TOL, grad=GRAD_TOL, tie=TIE_TOL,
                     variant_scale=VARIANT_SCALE_TOL, low=LOW_TOL),
     probes=probes,
-    facts=dict(d_k=D_K, constants={"d_k": D_K}, softmax_ops=SOFTMAX_OPS,
+    facts=dict(d_k=D_K, constants={"d_k": D_K, "n_tokens": 6}, softmax_ops=SOFTMAX_OPS,
                softmax_allowed=SOFTMAX_ALLOWED, builtin_softmax=BUILTIN_SOFTMAX,
                node_labels=NODE_LABELS, masked_probe=MASKED_PROBE, shipped=shipped,
                parameters=parameters),

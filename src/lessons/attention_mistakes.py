@@ -107,12 +107,12 @@ def _proj(inp, n):
     return inp["x"] @ _swap(inp[f"w_{n}"]) + inp[f"b_{n}"]
 
 
-_m("new_layers", "projections", "new nn.Linear layers instead of the given ones",
-   "the tensor was made by an nn.Linear layer of your own (its autograd graph holds "
-   "parameters that are not q_proj's, k_proj's or v_proj's): a new layer starts from "
-   "random weights",
-   "call the three layers Cell 3 made (q_proj, k_proj, v_proj) on x, one for each tensor, "
-   "instead of layers of your own",
+_m("new_layers", "projections", "weights other than the given layers'",
+   "the tensor was made with parameters that are not the ones Cell 3 gave q_proj, k_proj "
+   "and v_proj (its autograd graph holds others): a layer of your own, or a given layer "
+   "whose weights were re-initialised or overwritten, starts from other random weights",
+   "use the layers Cell 3 made as they are, one for each tensor: no layers of your own, "
+   "no change to their weights",
    kind="new_layers", shows="the output of a layer with other weights")
 _m("swapped_projection", "projections", "a projection layer used for the wrong tensor",
    "one of query/key/value was computed with another tensor's layer "
@@ -366,8 +366,9 @@ _m("softmax_twice", "softmax", "softmax applied twice",
    "apply the softmax once",
    fns=_fns(lambda x, d: _softmax(_softmax(x, d), d)))
 _m("fully_masked_row", "softmax", "a row that is entirely -inf does not give zeros",
-   "for a query whose keys are all masked, every exp is 0: -inf - (-inf), 0 / 0 and "
-   "log(0) give NaN or inf there. Such a query attends to nothing: its weights are zeros",
+   "for a query whose keys are all masked, every exp is 0: -inf - (-inf), 0 / 0, -inf × 0 "
+   "and log(0) give NaN or inf there (so multiplying -inf by 0 does not clear it). Such a "
+   "query attends to nothing: its weights are zeros",
    "guard where such a row breaks: a maximum of -inf (use 0) and a sum of 0 (use 1), or "
    "what plays their part in your code",
    fns=_fns(_unguarded), cost=HALF)
@@ -570,11 +571,14 @@ _m("transposed_layer_input", "projections", "the layer's input was transposed",
    example=("RuntimeError: mat1 and mat2 shapes cannot be multiplied (64x6 and 64x64)",
             "query = q_proj(x.transpose(-2, -1))"))
 _m("dot_T_on_3d", "any", ".T on a 3-D tensor",
-   "`.T` reverses every axis, so a [1, 6, 64] tensor becomes [64, 6, 1] and the product "
-   "fails or mixes tokens with features",
-   "swap only the last two axes: {example}",
-   examples={"attention_scores": "key.transpose(-2, -1) (or key.mT)",
-             "any": "t.transpose(-2, -1) (or t.mT) for a tensor t"},
+   "`.T` reverses every axis, so a 3-D tensor's batch axis moves last ([1, 6, 64] becomes "
+   "[64, 6, 1]) and the product fails or mixes the wrong axes",
+   "{example}",
+   examples={"attention_scores": "swap only the last two axes: key.transpose(-2, -1) (or "
+                                 "key.mT)",
+             "attended_values": "drop the .T: the formula multiplies the weights as they are",
+             "any": "swap only the last two axes: t.transpose(-2, -1) (or t.mT) for a tensor "
+                    "t"},
    error=r".", line=r"\.T\b",
    example=("RuntimeError: mat1 and mat2 shapes cannot be multiplied (384x1 and 64x64)",
             "query = q_proj(x.T)"))
@@ -857,8 +861,8 @@ _m("undefined_name", "any", "the cell uses a name it does not define",
 _m("changes_input", "any", "the cell changes an input in place",
    "an in-place operation (x /= ..., .mul_(), .data = ...) overwrote a tensor this cell "
    "was given, so every later use of it sees other numbers",
-   "leave this cell's inputs as they are: make a new tensor for a changed copy (y = x / n, "
-   "not x /= n), or drop a change the formula lacks",
+   "leave this cell's inputs as they are: drop changes the formula lacks; for a changed "
+   "copy, make a new tensor (y = x / n, not x /= n)",
    kind="mutated_input",
    cost=HALF)
 _m("softmax_leaves_autograd", "softmax", "the softmax's output leaves autograd",

@@ -278,7 +278,8 @@ LESSON = Lesson(
     tolerances=dict(tol=TOL, strict=lesson1.STRICT_TOL, grad=lesson1.GRAD_TOL,
                     tie=lesson1.TIE_TOL, variant_scale=lesson1.VARIANT_SCALE_TOL,
                     low=lesson1.LOW_TOL),
-    facts=dict(d_k=D_K, constants={"d_k": D_K}, shipped=shipped, closing_tol=CLOSING_TOL),
+    facts=dict(d_k=D_K, constants={"d_k": D_K, "n_tokens": LENGTH},
+               shipped=shipped, closing_tol=CLOSING_TOL),
     decisions={
         "scale_is_sqrt8": "here d_k is each head's width, 8: `/ math.sqrt(d_k)` and "
                           "`/ math.sqrt(q_heads.shape[-1])` are right; `/ 8`, "

@@ -83,8 +83,9 @@ _m("heads_not_moved", "split_heads", "the head axis was not moved before the tok
    reproduce=lambda inp: inp[SOURCE_OF[inp["name"]]].reshape(1, LENGTH, N_HEADS, D_K),
    shows="[1, 6, 8, 8] (batch, token, head, d_k)")
 _m("heads_interleaved", "split_heads", "each head takes every 8th feature",
-   "the 64 features were viewed as [8, 8] in the other order (d_k first, then heads), so "
-   "head h got features h, h+8, h+16, ... instead of the block h*8 ... h*8+7",
+   "head h got features h, h+8, h+16, ... instead of the block h*8 ... h*8+7: the 64 "
+   "features viewed as [8, 8] in the other order (d_k first, then heads), or sliced with a "
+   "step of 8",
    "split the last axis with the heads first and each head's 8 features second, so "
    "head h keeps the block of features 8h to 8h+7",
    reproduce=lambda inp: np.transpose(inp[SOURCE_OF[inp["name"]]].reshape(
@@ -104,10 +105,11 @@ _m("head_scores_not_scaled", "head_scores", "the scores are not scaled by 1/√d
    "divide by math.sqrt(d_k), where d_k = 8 is each head's width",
    reproduce=lambda inp: masked(_raw(inp)), shows="the masked product, not scaled")
 _m("head_scores_by_8", "head_scores", "divided by 8, not by √8",
-   "8 is d_k itself here (and √64, the square root of d_model): each head's vectors have "
-   "d_k = 8 entries, so the scaling is 1/√8 ≈ 0.354",
-   "divide by math.sqrt(d_k) with d_k = 8 (or math.sqrt(q_heads.shape[-1])), not by 8, "
-   "math.sqrt(64) or math.sqrt(query.shape[-1])",
+   "8 is d_k itself here (and √64, the square root of d_model; and q and k each divided "
+   "by √d_k divide their product by d_k): each head's vectors have d_k = 8 entries, so "
+   "the product is scaled once, by 1/√8 ≈ 0.354",
+   "divide the product once by math.sqrt(d_k) with d_k = 8 (or math.sqrt(q_heads.shape[-1])), "
+   "not by 8, math.sqrt(64) or math.sqrt(query.shape[-1])",
    reproduce=lambda inp: masked(_raw(inp) / D_K), shows="the masked product divided by 8")
 _m("head_scores_by_d_model", "head_scores", "divided by d_model, 64",
    "64 is d_model, the width of the whole embedding; each head's scores are scaled by the "
@@ -168,6 +170,12 @@ _m("mask_with_zero", "head_scores", "the masked scores were set to 0, not -inf",
    "fill the hidden positions with minus infinity instead of 0",
    reproduce=lambda inp: masked(_raw(inp) / SQRT_DK, fill=0.0),
    shows="0 where the mask hides a score")
+_m("mask_positive_inf", "head_scores", "+inf where the mask hides a score",
+   "the hidden scores were set to +inf (float('inf'), the minus sign missing): e^+inf "
+   "makes those later tokens take all the weight, and the softmax gives NaN",
+   "put minus infinity where the mask hides a score",
+   reproduce=lambda inp: masked(_raw(inp) / SQRT_DK, fill=np.inf),
+   shows="+inf where the mask hides a score")
 _m("mask_finite", "head_scores", "a large finite number instead of -inf",
    "a number such as -1e9 stands in for -inf: the weights come out nearly the same, but "
    "the scores are not what the mask means, and a row whose keys are all hidden would "
@@ -212,6 +220,23 @@ _m("head_softmax_missing", "head_weights", "the softmax was not applied",
    "head_weights holds the scores themselves, -inf included",
    "apply the set-up's softmax to head_scores along the keys (dim=-1)",
    reproduce=lambda inp: inp["head_scores"], shows="head_scores unchanged")
+_m("head_weights_whole_sum", "head_weights", "normalised over more than each row",
+   "the exponentials were divided by a sum over the whole tensor (or over a head's whole "
+   "matrix), not by each query's own row sum: the rows no longer sum to 1",
+   "divide each row of exponentials by that row's own sum, over the keys",
+   reproduce=lambda inp: [(lambda e: e / e.sum(axis=a, keepdims=True))(np.exp(
+       inp["head_scores"] - inp["head_scores"].max(-1, keepdims=True))) for a in (
+       None, (-2, -1))],
+   shows=("the exponentials divided by the sum of the whole tensor",
+          "the exponentials divided by the sum of each head's matrix"))
+_m("head_keepdim_missing", "head_weights", "keepdim=True missing in the row sums",
+   "without keepdim the row sums lose their axis and broadcast along the other one: on a "
+   "square [6, 6] matrix, column j is divided by row j's sum",
+   "keep the summed axis (keepdim=True), so each row is divided by its own sum",
+   reproduce=lambda inp: [(lambda e: e / np.swapaxes(e.sum(-1, keepdims=True), -1, -2))(
+       np.exp(inp["head_scores"] - shift)) for shift in (
+       inp["head_scores"].max(-1, keepdims=True), 0.0)],
+   shows=("each column divided by the sum of the row of its number",) * 2)
 _m("head_log_softmax", "head_weights", "a log-softmax, not the softmax",
    "the weights are the logarithms of the softmax (log_softmax, or a log of it): they are "
    "negative, -inf where the mask hides a key, and a row does not sum to 1",
@@ -251,6 +276,12 @@ _m("head_outputs_weights_transposed", "head_outputs", "the weights are transpose
    "query's weights mixes the value rows",
    reproduce=lambda inp: _swap(inp["head_weights"]) @ inp["v_heads"],
    shows="head_weightsᵀ @ v_heads")
+_m("head_outputs_weights_softmaxed", "head_outputs", "the weights softmaxed again",
+   "the product uses softmax(head_weights): the weights already are a softmax, and a second "
+   "one flattens every row and gives the hidden tokens weight",
+   "multiply the values by head_weights as they are",
+   reproduce=lambda inp: _softmax(inp["head_weights"]) @ inp["v_heads"],
+   shows="softmax(head_weights) @ v_heads")
 _m("head_outputs_not_weighted", "head_outputs", "the values were not weighted",
    "head_outputs is v_heads itself (or a copy): nothing mixes the tokens' values",
    "mix the value rows with each query's weights: a matrix product of the two",

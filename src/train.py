@@ -287,24 +287,28 @@ def load_model(path: Path | str = DATA_DIR / WEIGHTS_FILE) -> TinyTransformer:
 MEASURES = {
     "subject": "from the words after the subject noun (verb, preposition, second "
                "determiner) to the subject noun",
+    "verb": "from the words after the verb (preposition, second determiner) to the verb",
+    "preposition": "from the second determiner to the preposition",
     "self": "from queries 1-4 to themselves",
     "previous": "from queries 1-4 to the word just before",
     "first": "from queries 1-4 to the first word",
-    "preposition": "from the second determiner to the preposition",
 }
 #: The shares the lesson states for the shipped weights (rounded): head -> measure ->
 #: (on the lesson's sentence, mean over the held-out sentences). Asserted by
 #: tests/test_train.py, on the shipped weights to the rounding, on a model retrained by
 #: ``make test-train`` within TOLERANCE.
 STATED = {
-    0: {"self": (0.56, 0.56)},
-    1: {"self": (0.75, 0.74), "preposition": (1.00, 0.94)},
+    0: {"verb": (0.72, 0.60), "self": (0.56, 0.56)},
+    1: {"preposition": (1.00, 0.94), "self": (0.75, 0.74)},
     2: {"subject": (0.99, 0.93)},
-    3: {"self": (0.75, 0.75), "preposition": (1.00, 1.00)},
+    3: {"preposition": (1.00, 1.00), "self": (0.75, 0.75)},
 }
-#: How far (absolute share) a retrained model's stated shares may be from STATED: a float
-#: differing in its last bit on another CPU changes training's path a little.
-TOLERANCE = 0.15
+#: How far (absolute share) a retrained model's stated shares may be from STATED. Floats
+#: that differ in the last bit on another CPU send training down a slightly different
+#: path: in 8 retrainings whose initial weights were nudged by 1e-7 to 1e-5 (a stand-in
+#: for that), the stated shares moved by at most 0.17 (head 0's verb and head 1's
+#: preposition, on the held-out sentences); the others by at most 0.06.
+TOLERANCE = 0.2
 #: A head is described by the measures in which it reaches this share on both sets.
 THRESHOLD = 0.5
 
@@ -334,23 +338,27 @@ def head_profile(weights, tokens) -> dict[str, np.ndarray]:
     if hasattr(weights, "detach"):
         weights = weights.detach().cpu().numpy()
     w = np.asarray(weights, dtype=np.float64)
+    given = list(w.shape)
     if w.ndim == 3:
         w, tokens = w[None], [tokens]
     if w.ndim != 4 or w.shape[-2:] != (LENGTH, LENGTH) or len(tokens) != w.shape[0]:
         raise ValueError(f"weights: expected (H, {LENGTH}, {LENGTH}) with one sentence's "
                          f"tokens, or (B, H, {LENGTH}, {LENGTH}) with B sentences, got "
-                         f"{list(w.shape)} and {len(tokens)} sentence(s)")
+                         f"{given} and {len(tokens)} sentence(s)")
     pos = roles(tokens[0])
     for t in tokens[1:]:
         roles(t)
     q = np.arange(1, LENGTH - 1)  # queries 1-4
-    after = np.arange(pos["subject"] + 1, LENGTH - 1)
+    def after(role):  # the measured queries after ``role``'s word
+        return np.arange(pos[role] + 1, LENGTH - 1)
+
     shares = {
-        "subject": w[:, :, after, pos["subject"]].mean(axis=-1),
+        "subject": w[:, :, after("subject"), pos["subject"]].mean(axis=-1),
+        "verb": w[:, :, after("verb"), pos["verb"]].mean(axis=-1),
+        "preposition": w[:, :, pos["determiner"], pos["preposition"]],
         "self": w[:, :, q, q].mean(axis=-1),
         "previous": w[:, :, q, q - 1].mean(axis=-1),
         "first": w[:, :, q, 0].mean(axis=-1),
-        "preposition": w[:, :, pos["determiner"], pos["preposition"]],
     }
     return {k: v.mean(axis=0) for k, v in shares.items()}
 

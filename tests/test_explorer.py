@@ -108,8 +108,8 @@ def test_a_causal_mask_gives_later_keys_no_weight(qk):
 
 
 @pytest.mark.parametrize("mask, match", [
-    (np.ones((6, 6)), "mask: expected a boolean array of shape \\(6, 6\\).*got float64"),
-    (np.ones((6, 5), dtype=bool), "got bool of shape \\(6, 5\\)"),
+    (np.ones((6, 6)), r"mask: expected a boolean array of shape \(6, 6\).*got float64"),
+    (np.ones((6, 5), dtype=bool), r"got bool of shape \(6, 5\)"),
 ])
 def test_a_bad_mask_is_named(qk, mask, match):
     q, k = qk

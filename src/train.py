@@ -55,7 +55,7 @@ from src.self_attention import SelfAttention
 
 __all__ = [
     "MEASURES", "STATED", "TOLERANCE", "TinyTransformer", "corpus", "describe",
-    "head_profile", "held_out", "load_model", "lowest_loss", "queries_keys",
+    "encode_sentences", "head_profile", "held_out", "load_model", "lowest_loss", "queries_keys",
     "random_layer_weights", "roles", "sentence_weights", "train", "vocabulary",
 ]
 
@@ -349,12 +349,11 @@ def head_profile(weights, tokens) -> dict[str, np.ndarray]:
     for t in tokens[1:]:
         roles(t)
     q = np.arange(1, LENGTH - 1)  # queries 1-4
-    def after(role):  # the measured queries after ``role``'s word
-        return np.arange(pos[role] + 1, LENGTH - 1)
-
-    shares = {
-        "subject": w[:, :, after("subject"), pos["subject"]].mean(axis=-1),
-        "verb": w[:, :, after("verb"), pos["verb"]].mean(axis=-1),
+    after_subject = np.arange(pos["subject"] + 1, LENGTH - 1)  # the measured queries after it
+    after_verb = np.arange(pos["verb"] + 1, LENGTH - 1)
+    shares = {  # measure -> (B, H)
+        "subject": w[:, :, after_subject, pos["subject"]].mean(axis=-1),
+        "verb": w[:, :, after_verb, pos["verb"]].mean(axis=-1),
         "preposition": w[:, :, pos["determiner"], pos["preposition"]],
         "self": w[:, :, q, q].mean(axis=-1),
         "previous": w[:, :, q, q - 1].mean(axis=-1),
@@ -500,6 +499,7 @@ def _train(out_dir, plot, steps, seed, log):
             with torch.no_grad():
                 held_loss = _loss(model, held_ids).item()
             checkpoints.append((step, held_loss))
+            # the training loss as a mean over the last batches (one batch is noisy)
             log(f"step {step:>5}/{steps}  loss {np.mean(losses[-LOG_EVERY:]):.3f}  "
                 f"held-out {held_loss:.3f}")
     model.eval()
@@ -519,10 +519,7 @@ def _train(out_dir, plot, steps, seed, log):
 
 
 def _plot(losses, checkpoints, floor, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from src.visualizations import new_figure
+    from src.visualizations import new_figure  # a bare Figure: no pyplot, no backend
 
     fig = new_figure(figsize=(7, 4))
     ax = fig.add_subplot()

@@ -362,9 +362,18 @@ def head_profile(weights, tokens) -> dict[str, np.ndarray]:
     return {k: v.mean(axis=0) for k, v in shares.items()}
 
 
+def _check_layer(model, layer):
+    if not isinstance(layer, int) or not 0 <= layer < len(model.blocks):
+        raise ValueError(f"layer: expected 0 to {len(model.blocks) - 1}, got {layer!r}")
+
+
 def sentence_weights(model: TinyTransformer, sentences, layer: int = 0) -> torch.Tensor:
     """Layer ``layer``'s attention weights: (H, L, L) for one sentence (a list of words),
     (B, H, L, L) for a list of B sentences."""
+    if not sentences or isinstance(sentences, str):
+        raise ValueError("sentences: expected a sentence (a list of words) or a list of "
+                         f"sentences, got {sentences!r}")
+    _check_layer(model, layer)
     one = isinstance(sentences[0], str)
     ids = encode_sentences([sentences] if one else sentences, model.vocab)
     with torch.no_grad():
@@ -376,6 +385,7 @@ def queries_keys(model: TinyTransformer, tokens, layer: int = 0):
     """Layer ``layer``'s per-head queries and keys for one sentence, float64 NumPy:
     q, k (H, L, d_k); softmax(q k^T / sqrt(d_k)) under the causal mask is that layer's
     weights."""
+    _check_layer(model, layer)
     ids = encode_sentences([tokens], model.vocab)
     block = model.blocks[layer]
     attn = block.attn

@@ -123,6 +123,19 @@ def test_loading_names_what_is_wrong(tmp_path):
         T.load_model(tmp_path / "short.npz")
 
 
+def test_the_helpers_name_bad_sentences_and_layers():
+    model = T.load_model()
+    for bad in ([], "The cat sat on the mat"):
+        with pytest.raises(ValueError, match="expected a sentence .* or a list of sentences"):
+            T.sentence_weights(model, bad)
+    with pytest.raises(ValueError, match="layer: expected 0 to 0, got 1"):
+        T.sentence_weights(model, TOKENS, layer=1)
+    with pytest.raises(ValueError, match="layer: expected 0 to 0, got -1"):
+        T.queries_keys(model, TOKENS, layer=-1)
+    with pytest.raises(ValueError, match="'dog.' is not in the vocabulary"):
+        T.sentence_weights(model, "The cat sat on the dog.".split())
+
+
 def test_the_model_names_bad_ids():
     model = T.load_model()
     for bad, match in ((torch.zeros(2, 3), "torch.long"), (torch.zeros(2, 7).long(),

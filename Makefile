@@ -13,8 +13,8 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # pytest workers; the suite is dominated by kernel start-ups, which overlap well.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: help venv lesson test test-road test-cohort lint bench bench-grade data release reference \
-	grade feedback export clean hub hub-link test-hub
+.PHONY: help venv lesson test test-road test-cohort lint bench bench-grade data train test-train \
+	release reference grade feedback export clean hub hub-link test-hub
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -118,6 +118,14 @@ bench-grade: $(STAMP)  ## 48 submissions graded without a kernel vs sequential n
 
 data: $(STAMP)  ## regenerate data/ byte-identically (and data/SHA256SUMS)
 	$(PY) -m src.data
+
+# Not part of `make data`: float training differs in the last bits between CPUs, so the
+# trained weights are checked by what their heads do (make test-train), not byte for byte.
+train: $(STAMP)  ## train the tiny transformer (~15 s): data/trained_heads.npz, data/TRAINED_SHA256SUMS, train_loss.png
+	$(PY) -m src.train
+
+test-train: $(STAMP)  ## retrain into a temporary folder; its heads must do what the lesson states
+	$(PY) -m pytest -p no:xdist tests/test_train.py -m train
 
 release: $(STAMP)  ## lesson.ipynb and multihead.ipynb from their references (FORCE=1 replaces an edited one, keeping a copy), then both nbgrader releases in course/
 	$(PY) -m src.release $(if $(FORCE),--force,)

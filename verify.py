@@ -94,7 +94,7 @@ def _check(check, objects):
     """The result of ``check`` (a spec's Check) for the names in ``objects``."""
     lesson, _ = lessons.by_check(check.name)
     step = lesson.step_of_check[check.name]
-    verdict = _live(lesson, step, objects)
+    verdict = _live(lesson, step, objects, optional=check.arguments[1])
     if verdict is None:  # no kernel, or not the notebook's names: the tensors as given
         data = _observe_checks(lesson, [check], _Lookup(objects))
         return judge(step.test, data, strict=True, checks=(check.name,)).results[0]
@@ -102,14 +102,17 @@ def _check(check, objects):
     return summary.results[[c.name for c in step.checks].index(check.name)]
 
 
-def _live(lesson, step, objects):
+def _live(lesson, step, objects, optional=()):
     """In a Jupyter kernel, when the check is given the names the notebook holds (as the
     check cells do): the road's verdict on the code last run in the step cell. None
-    outside IPython, or for objects the notebook's names do not hold."""
+    outside IPython, or for objects the notebook's names do not hold (a None given for a
+    name the notebook holds a tensor under among them; an ``optional`` one left out is
+    fine)."""
     try:
         ipython = sys.modules.get("IPython")
         shell = ipython.get_ipython() if ipython is not None else None
-        if shell is None or any(obj is not None and shell.user_ns.get(name) is not obj
+        if shell is None or any((obj is not None or name not in optional)
+                                and shell.user_ns.get(name) is not obj
                                 for name, obj in objects.items()):
             return None
         from src import live

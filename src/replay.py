@@ -484,6 +484,12 @@ def _facts(lesson, cap, step, ns, inputs, watched, before, source, raised="") ->
                            and bool(cap.equal(watched[n].detach(), old)))]
         if mutated:
             out["replay.mutated"] = np.array(mutated, dtype=str)
+        # (a name an earlier cell made, bound anew: later cells, and this one run twice,
+        # see another tensor under it)
+        rebound = [n for n in before if n in ns and ns[n] is not watched[n]
+                   and n not in mutated]
+        if rebound:
+            out["replay.rebound"] = np.array(rebound, dtype=str)
         discarded = _discarded(source)
         if discarded:
             out["replay.discarded"] = np.array(discarded, dtype=str)

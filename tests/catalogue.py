@@ -118,6 +118,10 @@ def steps_of(mistake):
         return ["projections", "attention_scores", "attended_values"]
     if mistake.kind == "backward":  # (in Cell 6 it is the softmax's own mistake)
         return ["projections", "attention_scores", "softmax", "attended_values"]
+    if mistake.kind == "no_default":  # (the function's own)
+        return ["softmax"]
+    if mistake.kind == "rebound":  # (a name of an earlier cell: the steps after Cell 4)
+        return ["attention_scores", "attended_values"]
     if mistake.kind == "mutated_input":  # (in Cell 6 it is the softmax's own mistake)
         return [s for s in TENSOR_STEPS if s != "attention_weights"]
     if mistake.kind == "swapped":  # (its example's line is a product of Cell 7)
@@ -250,6 +254,12 @@ def inject(mistake_id, step, data):
         data[f"replay.grad_error.{'attention_weights' if step == 'softmax' else name}"] = (
             np.array("RuntimeError: one of the variables needed for gradient computation has "
                      "been modified by an inplace operation"))
+    elif m.kind == "no_default":  # right on every probe, but softmax(x) raises
+        data["softmax.nodefault.raised"] = np.array(
+            ["TypeError: softmax() missing 1 required positional argument: 'dim'", ""])
+    elif m.kind == "rebound":
+        data["cell.replayed"] = np.array(True)
+        data["replay.rebound"] = np.array([verify.NAMES[step].upstream[0]])
     elif m.kind == "mutated_input":
         data["cell.replayed"] = np.array(True)
         data["replay.mutated"] = np.array(["x" if step == "projections"

@@ -340,6 +340,14 @@ def softmax(x, dim=-1):
     m[torch.isneginf(m)] = 0
     e = torch.exp(x - m)
     return e / e.sum(dim=dim, keepdim=True).clamp_min(1e-12)""")
+attempt("dim without its default (blind set 9)", expect={"softmax": "softmax_no_default_dim"},
+        softmax="""\
+def softmax(x, dim):
+    x_max = x.amax(dim=dim, keepdim=True)
+    x_max = torch.where(torch.isneginf(x_max), torch.zeros_like(x_max), x_max)
+    exps = torch.exp(x - x_max)
+    totals = exps.sum(dim=dim, keepdim=True)
+    return exps / torch.where(totals == 0, torch.ones_like(totals), totals)""")
 attempt("no max-subtraction", expect={"softmax": "no_max_subtraction"}, softmax=SM + """\
     exps = torch.exp(x)
     return exps / exps.sum(dim=dim, keepdim=True)""")
@@ -587,6 +595,9 @@ attended_values = torch.stack(rows).unsqueeze(0)""")
 attempt("the weights recomputed from query and key (blind set 7)",
         expect={"attention_weights": "detached_output"},
         apply="attention_weights = softmax(query @ key.transpose(-2, -1) / math.sqrt(d_k))")
+attempt("the key transposed under its own name (blind set 9)",
+        expect={"attention_scores": "rebinds_input"},
+        cell5="key = key.transpose(-2, -1)\nattention_scores = query @ key / math.sqrt(d_k)")
 attempt("values first", expect={"attended_values": "values_first"},
         **values("value.transpose(-2, -1) @ attention_weights.transpose(-2, -1)"))
 attempt("value.T", expect={"attended_values": "axes_permuted"},

@@ -138,6 +138,7 @@ class _Cell:
     own: bool = False  # a second run, on the student's own tensors from the cells before
     elsewhere: tuple = ()  # (a name the replay missed, the other cell that makes it)
     discarded: tuple = ()  # lines that compute a value and assign it to nothing
+    rebound: tuple = ()  # names of earlier cells the cell assigned anew
 
     @classmethod
     def read(cls, r, number):
@@ -147,7 +148,7 @@ class _Cell:
                    r.flag("cell.replayed"), tuple(spelled) if len(spelled) == 2 else (),
                    tuple(r.strings("replay.mutated")), r.flag("replay.own"),
                    tuple(made) if len(made) == 2 else (),
-                   tuple(r.strings("replay.discarded")))
+                   tuple(r.strings("replay.discarded")), tuple(r.strings("replay.rebound")))
 
     def said(self):
         at = f" at `{_short(self.line, LIMITS['line'])}`" if self.line else ""
@@ -240,6 +241,16 @@ def _result(lesson, check, findings, ok_message, notes, cell, seen):
             failures = [("", _Finding("changes_input", said + " The result was computed "
                                       "from the changed values.")), *failures]
             whole = True
+    # A name an earlier cell made, assigned anew (`key = key.transpose(-2, -1)`): charged
+    # once, in the step's first check that takes it, when nothing else is wrong there.
+    takes = [c for c in lesson.step_of_check[check.name].checks
+             if set(c.upstream) & set(cell.rebound)]
+    if cell.replayed and cell.rebound and not failures and takes and takes[0] is check and \
+            "rebinds_input" in mistakes:
+        names = [n for n in cell.rebound if n in check.upstream]
+        charged.setdefault("rebinds_input", (
+            f"your Cell {cell.number} assigns {_listing(names)} anew, a name "
+            f"Cell {lesson.made_in.get(names[0], '?')} made."))
     # Only code that runs to the end earns its points (a function, probed on its own, is
     # judged whatever happens after its def).
     raised = cell.replayed and cell.raised and check.kind != "function"

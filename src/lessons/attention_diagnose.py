@@ -459,6 +459,11 @@ def _softmax_verdict(lesson, r, strict, cell):
                 weights.real, lesson.reference()["attention_weights"]):
             return ("backward_fails", "the weights your softmax made are right, but their "
                     f"gradient raised {_short(weights.grad_error, 160)}")
+        no_default = r.strings("softmax.nodefault.raised")
+        if no_default:  # (right on every probe, which all pass dim: called as the task
+            # writes the signature, softmax(x), it raised)
+            return ("softmax_no_default_dim", f"called as softmax(x) on {probes[0].shown} "
+                    f"without dim, your softmax raised {_short(no_default[0], 120)}.")
         return _gradient_verdict(lesson, weights) or _Finding()
     explained = _explanations(lesson, outs)
     i = wrong[0]

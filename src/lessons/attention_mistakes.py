@@ -519,8 +519,10 @@ _m("function_not_called", "any", "the name holds a function, not its result",
    "a function was assigned without calling it (no parentheses), so the name holds the "
    "function itself",
    "call it with its inputs: {example}",
-   examples={"projections": "q_proj(x), not q_proj",
-             "attention_weights": "softmax(attention_scores, dim=-1), not softmax",
+   examples={"projections": "a layer is called like a function, on the tensor it "
+                            "transforms",
+             "attention_weights": "your function is called on the scores, with the axis "
+                                  "to normalise",
              "any": "add the parentheses and the inputs after the function's name"},
    kind="function")
 _m("bad_type", "any", "not a tensor of real numbers",
@@ -865,6 +867,19 @@ _m("changes_input", "any", "the cell changes an input in place",
    "copy, make a new tensor (y = x / n, not x /= n)",
    kind="mutated_input",
    cost=HALF)
+_m("rebinds_input", "any", "a name from an earlier cell assigned anew",
+   "the cell assigns a new tensor to a name an earlier cell made (t = t.transpose(...) for "
+   "an input t): "
+   "the cells after it see another tensor under that name, and the cell itself gives "
+   "another result when it is run again",
+   "keep the names of earlier cells as they are: give what you make from them a name of "
+   "its own",
+   kind="rebound", cost=HALF)
+_m("softmax_no_default_dim", "softmax", "dim has no default",
+   "the task writes the signature softmax(x, dim=-1): called as softmax(x), a function "
+   "whose dim has no default raises a TypeError",
+   "give dim its default in the def line, as the task writes it",
+   kind="no_default", cost=HALF)
 _m("softmax_leaves_autograd", "softmax", "the softmax's output leaves autograd",
    "the weights no longer depend on the scores in autograd (NumPy inside, torch.no_grad(), "
    ".detach() or .data), so no gradient reaches the projections: a model could not learn",

@@ -499,7 +499,7 @@ def _facts(lesson, cap, step, ns, inputs, watched, before, source, raised="") ->
         # nothing)
         bound = [a for a in _assigned_names(source) if a not in lesson.official and a in ns]
         for n in missing:
-            close = difflib.get_close_matches(n, bound, n=1, cutoff=0.75)
+            close = difflib.get_close_matches(n, bound, n=1, cutoff=0.8)  # (raw_scores: 0.76)
             # (or another name for it, in a cell that ran to its end or stopped at an
             # assert about this name: the one new name holding a tensor of its shape,
             # weights = softmax(...) for attention_weights)

@@ -331,6 +331,18 @@ merged = torch.zeros(1, 6, d_model)
 for h in range(n_heads):
     merged[:, :, h:h + 8] = head_outputs[:, h]
 multihead_output = merged @ W_o""")
+attempt("the mask added to the scores", {"head_scores": "mask_added_as_numbers"},
+        scores=scores(f"{SCALED} + causal_mask"))
+attempt("a float mask for masked_fill", {"head_scores": "mask_not_bool"},
+        scores=scores(f"({SCALED}).masked_fill((~causal_mask).float(), float('-inf'))"))
+attempt("a head loop one short", {"head_scores": "range_off_by_one"}, scores="""\
+head_scores = torch.zeros(1, n_heads, 6, 6)
+for h in range(n_heads - 1):
+    s = q_heads[0, h] @ k_heads[0, h].transpose(0, 1) / math.sqrt(d_k)
+    head_scores[0, h] = s.masked_fill(~causal_mask, float("-inf"))""")
+attempt("W_o called like a layer", {"multihead_output": "tensor_called"}, merge="""\
+merged = head_outputs.transpose(1, 2).reshape(1, 6, 64)
+multihead_output = W_o(merged)""")
 attempt("the output detached", {"multihead_output": "detached_output"}, merge="""\
 merged = head_outputs.transpose(1, 2).reshape(1, 6, 64)
 multihead_output = (merged @ W_o).detach()""")

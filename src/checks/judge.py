@@ -1104,7 +1104,8 @@ def _judge_output(lesson, check, name, view, contexts, strict, inputs, cell):
         f.mistake, f.seen = _match_masked(lesson, check, name, arr, contexts)
         if f.mistake is None and check.reference:  # (a mask moved; a tensor for another)
             found = _mask_moved(lesson, name, arr, contexts[0].expected(name)) or \
-                _substitution(lesson, check, name, arr, contexts[0], view, _close_nonfinite)
+                _substitution(lesson, check, name, arr, contexts[0], view, _close_nonfinite) \
+                or _structural(lesson, check, name, arr, contexts[0].expected(name))
             if found:
                 f.mistake, f.seen = found
         if f.mistake is None:

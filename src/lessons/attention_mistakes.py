@@ -572,9 +572,9 @@ _m("transposed_layer_input", "projections", "the layer's input was transposed",
    line=r"_proj\(\s*x\s*\.\s*(transpose\(|mT\b|permute\(|swapaxes\()",
    example=("RuntimeError: mat1 and mat2 shapes cannot be multiplied (64x6 and 64x64)",
             "query = q_proj(x.transpose(-2, -1))"))
-_m("dot_T_on_3d", "any", ".T on a 3-D tensor",
-   "`.T` reverses every axis, so a 3-D tensor's batch axis moves last ([1, 6, 64] becomes "
-   "[64, 6, 1]) and the product fails or mixes the wrong axes",
+_m("dot_T_on_3d", "any", ".T on a tensor of more than two axes",
+   "`.T` reverses every axis, so the batch axis moves last ([1, 6, 64] becomes [64, 6, 1]; "
+   "a 4-D tensor's order is reversed too) and the product fails or mixes the wrong axes",
    "{example}",
    examples={"attention_scores": "swap only the last two axes: key.transpose(-2, -1) (or "
                                  "key.mT)",
@@ -1001,6 +1001,19 @@ _m("sizes_do_not_multiply", "any", "a reshape whose sizes do not fit",
    error=r"is invalid for input of size|don't multiply up to the size",
    example=("RuntimeError: shape '[1, 6, 8, 8]' is invalid for input of size 2304",
             "q = query.view(1, 6, 8, 8, 6)"))
+_m("tensor_called", "any", "a tensor called like a function",
+   "a tensor holds numbers: calling it with parentheses raises; a layer can be called, the "
+   "matrix of numbers it holds cannot",
+   "multiply by the tensor with @ where the formula has a product",
+   error=r"'Tensor' object is not callable",
+   example=("TypeError: 'Tensor' object is not callable", "attended_values = value(x)"))
+_m("mask_not_bool", "any", "masked_fill given a mask of numbers",
+   "masked_fill takes a mask of True/False (a bool tensor): a mask of 0s and 1s raises",
+   "give masked_fill a bool mask: the comparison or the bool tensor itself, not its float "
+   "copy",
+   error=r"only supports boolean masks|expected.*mask.*Bool|mask.*dtype torch.bool",
+   example=("RuntimeError: masked_fill_ only supports boolean masks, but got mask with "
+            "dtype float", "scores = scores.masked_fill(mask.float(), float('-inf'))"))
 _m("cell_raised", "any", "the cell raised an error",
    "the cell stopped with an exception, so the tensor was not (re)computed",
    "fix the line the error points to and run the cell again", kind="cell_error")

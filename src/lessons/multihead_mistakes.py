@@ -193,6 +193,14 @@ _m("mask_differs", "head_scores", "-inf in other places than the causal mask",
    "compare your -inf, row by row, with causal_mask: exactly the keys after each query, "
    "none on the diagonal",
    kind="behaviour")
+_m("mask_added_as_numbers", "head_scores", "the mask added as 0s and 1s",
+   "causal_mask holds True/False: added to the scores it adds 1 or 0 and hides nothing; "
+   "only -inf where it is False gives a later token weight 0",
+   "turn the mask into -inf where it is False before it reaches the scores (or fill the "
+   "scores there)",
+   reproduce=lambda inp: [_raw(inp) / SQRT_DK + m for m in (CAUSAL, ~CAUSAL)],
+   shows=("the scaled scores plus causal_mask as 1 and 0",
+          "the scaled scores plus the inverted mask as 1 and 0"))
 _m("head_scores_transposed", "head_scores", "the product is transposed (K Qᵀ)",
    "each head's scores were computed as keys times queries, so row i holds key i's "
    "scores: the mask then hides the wrong pairs",
@@ -225,10 +233,10 @@ _m("head_weights_whole_sum", "head_weights", "normalised over more than each row
    "matrix), not by each query's own row sum: the rows no longer sum to 1",
    "divide each row of exponentials by that row's own sum, over the keys",
    reproduce=lambda inp: [(lambda e: e / e.sum(axis=a, keepdims=True))(np.exp(
-       inp["head_scores"] - inp["head_scores"].max(-1, keepdims=True))) for a in (
-       None, (-2, -1))],
+       inp["head_scores"] - shift)) for shift in (
+       inp["head_scores"].max(-1, keepdims=True), 0.0) for a in (None, (-2, -1))],
    shows=("the exponentials divided by the sum of the whole tensor",
-          "the exponentials divided by the sum of each head's matrix"))
+          "the exponentials divided by the sum of each head's matrix") * 2)
 _m("head_keepdim_missing", "head_weights", "keepdim=True missing in the row sums",
    "without keepdim the row sums lose their axis and broadcast along the other one: on a "
    "square [6, 6] matrix, column j is divided by row j's sum",

@@ -490,6 +490,12 @@ def _facts(lesson, cap, step, ns, inputs, watched, before, source, raised="") ->
                    and n not in mutated]
         if rebound:
             out["replay.rebound"] = np.array(rebound, dtype=str)
+        # (several of the cell's own names bound to one tensor: a = b = torch.zeros(...))
+        own = [n for n in lesson.by_cell[step].names
+               if ns.get(n) is not None and hasattr(ns[n], "shape")]  # (tensors only)
+        aliased = [n for n in own if any(ns[m] is ns[n] for m in own if m != n)]
+        if aliased:
+            out["replay.aliased"] = np.array(aliased, dtype=str)
         discarded = _discarded(source)
         if discarded:
             out["replay.discarded"] = np.array(discarded, dtype=str)

@@ -118,6 +118,8 @@ def steps_of(mistake):
         return ["projections", "attention_scores", "attended_values"]
     if mistake.kind == "backward":  # (in Cell 6 it is the softmax's own mistake)
         return ["projections", "attention_scores", "softmax", "attended_values"]
+    if mistake.kind == "aliased":  # (Cell 4's three outputs)
+        return ["projections"]
     if mistake.kind == "no_default":  # (the function's own)
         return ["softmax"]
     if mistake.kind == "rebound":  # (a name of an earlier cell: the steps after Cell 4)
@@ -254,6 +256,11 @@ def inject(mistake_id, step, data):
         data[f"replay.grad_error.{'attention_weights' if step == 'softmax' else name}"] = (
             np.array("RuntimeError: one of the variables needed for gradient computation has "
                      "been modified by an inplace operation"))
+    elif m.kind == "aliased":  # the step's outputs one object: all equal the last written
+        data["cell.replayed"] = np.array(True)
+        data["replay.aliased"] = np.array(["query", "key", "value"])
+        for n in ("query", "key"):  # (every name shows the one tensor's last write)
+            _set_values(data, f"t.{n}", lesson.reference()["value"])
     elif m.kind == "no_default":  # right on every probe, but softmax(x) raises
         data["softmax.nodefault.raised"] = np.array(
             ["TypeError: softmax() missing 1 required positional argument: 'dim'", ""])

@@ -598,6 +598,14 @@ attempt("the weights recomputed from query and key (blind set 7)",
 attempt("the key transposed under its own name (blind set 9)",
         expect={"attention_scores": "rebinds_input"},
         cell5="key = key.transpose(-2, -1)\nattention_scores = query @ key / math.sqrt(d_k)")
+attempt("torch.mm on the batch (blind set 9)", expect={"attended_values": "mm_on_batches"},
+        **values("torch.mm(attention_weights, value)"))
+attempt("one zero buffer for the three projections", expect={"projections": "outputs_aliased"},
+        by_design=DOWNSTREAM_OF_4, cell4="""\
+query = key = value = torch.zeros(1, 6, 64)
+query[:] = q_proj(x)
+key[:] = k_proj(x)
+value[:] = v_proj(x)""")
 attempt("values first", expect={"attended_values": "values_first"},
         **values("value.transpose(-2, -1) @ attention_weights.transpose(-2, -1)"))
 attempt("value.T", expect={"attended_values": "axes_permuted"},

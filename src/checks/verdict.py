@@ -139,6 +139,7 @@ class _Cell:
     elsewhere: tuple = ()  # (a name the replay missed, the other cell that makes it)
     discarded: tuple = ()  # lines that compute a value and assign it to nothing
     rebound: tuple = ()  # names of earlier cells the cell assigned anew
+    aliased: tuple = ()  # the cell's own names bound to one and the same tensor
 
     @classmethod
     def read(cls, r, number):
@@ -148,7 +149,8 @@ class _Cell:
                    r.flag("cell.replayed"), tuple(spelled) if len(spelled) == 2 else (),
                    tuple(r.strings("replay.mutated")), r.flag("replay.own"),
                    tuple(made) if len(made) == 2 else (),
-                   tuple(r.strings("replay.discarded")), tuple(r.strings("replay.rebound")))
+                   tuple(r.strings("replay.discarded")), tuple(r.strings("replay.rebound")),
+                   tuple(r.strings("replay.aliased")))
 
     def said(self):
         at = f" at `{_short(self.line, LIMITS['line'])}`" if self.line else ""
@@ -241,6 +243,15 @@ def _result(lesson, check, findings, ok_message, notes, cell, seen):
             failures = [("", _Finding("changes_input", said + " The result was computed "
                                       "from the changed values.")), *failures]
             whole = True
+    # Several of the cell's own names bound to one tensor: what is wrong with them is that
+    # (the values read off as another tensor in a place are its consequence).
+    tensors = [n for c in lesson.step_of_check[check.name].checks if c.kind == "tensor"
+               for n in c.outputs if n in cell.aliased]
+    same = [n for n in check.outputs if n in tensors] if len(tensors) > 1 else []
+    if cell.replayed and same and failures and "outputs_aliased" in mistakes:
+        failures = [("", _Finding("outputs_aliased", (
+            f"after your Cell {cell.number}, {_listing(list(cell.aliased))} are one and the "
+            "same tensor object.")))]
     # A name an earlier cell made, assigned anew (`key = key.transpose(-2, -1)`): charged
     # once, in the step's first check that takes it, when nothing else is wrong there.
     takes = [c for c in lesson.step_of_check[check.name].checks

@@ -1001,6 +1001,20 @@ _m("sizes_do_not_multiply", "any", "a reshape whose sizes do not fit",
    error=r"is invalid for input of size|don't multiply up to the size",
    example=("RuntimeError: shape '[1, 6, 8, 8]' is invalid for input of size 2304",
             "q = query.view(1, 6, 8, 8, 6)"))
+_m("mm_on_batches", "any", "torch.mm on tensors with a batch axis",
+   "torch.mm multiplies two 2-D matrices only; the lesson's tensors have a batch axis (and "
+   "lesson 2's a head axis too), so it raises",
+   "use a product that keeps the leading axes: @ (torch.matmul) works on the last two axes "
+   "of each",
+   error=r"self must be a matrix|must be a matrix",
+   example=("RuntimeError: self must be a matrix",
+            "attended_values = torch.mm(attention_weights, value)"))
+_m("outputs_aliased", "any", "one tensor under several names",
+   "a = b = torch.zeros(...) binds one and the same tensor to every name: filling one "
+   "fills them all, so they end up equal to whatever was written last",
+   "give each name a tensor of its own (one torch.zeros(...) call per name, or compute each "
+   "directly)",
+   kind="aliased")
 _m("tensor_called", "any", "a tensor called like a function",
    "a tensor holds numbers: calling it with parentheses raises; a layer can be called, the "
    "matrix of numbers it holds cannot",

@@ -29,7 +29,8 @@ from tests.notebook_utils import ROOT, cells_by_id
 HERE = Path(__file__).resolve().parent
 #: Which lesson a blind set is of, by its file name (lesson 1's by default).
 LESSON_OF = {"multihead1.json": "multihead", "multihead2.json": "multihead",
-             "multihead3.json": "multihead", "multihead4.json": "multihead"}
+             "multihead3.json": "multihead", "multihead4.json": "multihead",
+             "multihead5.json": "multihead"}
 
 
 def _cells(spec) -> dict:

@@ -439,6 +439,12 @@ def replay_step(lesson, step: str, source: str, setup: dict, upstream: dict | No
         data["cell.lineno"] = np.array(lineno)
     data.update(_facts(lesson, cap, step, ns, inputs, watched, before, source,
                        raised="" if error is None else f"{type(error).__name__}: {error}"))
+    # (a set-up constant bound anew, d_k = math.sqrt(d_k): the later cells see it changed)
+    consts = [n for n in _assigned_names(source) if n in lesson.setup_names and n in setup
+              and isinstance(setup[n], (int, float)) and ns.get(n) is not setup[n]]
+    if consts:
+        data["replay.rebound"] = np.array(
+            [*data.get("replay.rebound", np.array([], dtype=str)).tolist(), *consts], dtype=str)
     # The inputs as the cell was given them, not as it left the names: rebinding `query`
     # (or changing it in place) is this cell's doing, never an earlier cell's slip.
     given = {n for c in lesson.by_cell[step].checks for n in (*c.upstream, *c.extras)}

@@ -348,6 +348,12 @@ def softmax(x, dim):
     exps = torch.exp(x - x_max)
     totals = exps.sum(dim=dim, keepdim=True)
     return exps / torch.where(totals == 0, torch.ones_like(totals), totals)""")
+attempt("the max's index subtracted (blind set 10)", expect={"softmax": "shift_by_argmax"},
+        softmax=SM + """\
+    m = x.max(dim=dim, keepdim=True)[1]
+    e = torch.exp(x - m)
+    s = e.sum(dim=dim, keepdim=True)
+    return e / torch.where(s == 0, torch.ones_like(s), s)""")
 attempt("no max-subtraction", expect={"softmax": "no_max_subtraction"}, softmax=SM + """\
     exps = torch.exp(x)
     return exps / exps.sum(dim=dim, keepdim=True)""")
@@ -606,6 +612,15 @@ query = key = value = torch.zeros(1, 6, 64)
 query[:] = q_proj(x)
 key[:] = k_proj(x)
 value[:] = v_proj(x)""")
+attempt("a loop over len() of the batch (blind set 10)",
+        expect={"attended_values": "range_off_by_one"}, cell7="""\
+attended_values = torch.zeros(1, 6, 64)
+for i in range(len(attention_weights)):
+    attended_values[0, i] = attention_weights[0, i] @ value[0]""")
+attempt("d_k made its own square root (blind set 10)",
+        expect={"attention_scores": "rebinds_input"}, cell5="""\
+d_k = math.sqrt(d_k)
+attention_scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)""")
 attempt("values first", expect={"attended_values": "values_first"},
         **values("value.transpose(-2, -1) @ attention_weights.transpose(-2, -1)"))
 attempt("value.T", expect={"attended_values": "axes_permuted"},

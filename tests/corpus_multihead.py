@@ -264,7 +264,7 @@ attempt("the heads averaged", {"multihead_output": "heads_averaged"}, merge="""\
 blocks = W_o.view(n_heads, d_k, d_model)
 parts = [head_outputs[:, h] @ blocks[h] for h in range(n_heads)]
 multihead_output = torch.stack(parts).mean(0)""")
-attempt("tokens and features swapped in the merge", {"multihead_output": "merge_rearranged"},
+attempt("tokens and features swapped in the merge", {"multihead_output": "merge_wrong_axes"},
         merge="multihead_output = head_outputs.transpose(2, 3).reshape(1, 6, 64) @ W_o")
 attempt("a mask loop from i + 2", {"head_scores": "mask_differs"}, scores="""\
 head_scores = q_heads @ k_heads.transpose(-2, -1) / math.sqrt(d_k)
@@ -343,6 +343,8 @@ for h in range(n_heads - 1):
 attempt("W_o called like a layer", {"multihead_output": "tensor_called"}, merge="""\
 merged = head_outputs.transpose(1, 2).reshape(1, 6, 64)
 multihead_output = W_o(merged)""")
+attempt(".T on the heads before the merge", {"multihead_output": "merge_dot_T"},
+        merge="multihead_output = head_outputs.T.reshape(1, 6, 64) @ W_o")
 attempt("the output detached", {"multihead_output": "detached_output"}, merge="""\
 merged = head_outputs.transpose(1, 2).reshape(1, 6, 64)
 multihead_output = (merged @ W_o).detach()""")

@@ -622,6 +622,15 @@ def _structural(lesson, check, name, arr, expected):
                 if arr.shape == left.shape and _close(arr, left) and not _close(left, expected):
                     return "range_off_by_one", (f"`{name}` is the formula's result with its "
                                                 f"{which} slice along {where} left at 0.")
+            for k in range(1, n - 1):  # (a loop that stops after k: len() of another axis)
+                left = expected.copy()
+                left[(slice(None),) * axis + (slice(k, None),)] = 0
+                if arr.shape == left.shape and _close(arr, left) and not _close(left, expected):
+                    return "range_off_by_one", (
+                        f"`{name}` is the formula's result in its first "
+                        f"{f'{k} slices' if k > 1 else 'slice'} along {where} only, the other "
+                        f"{n - k} left at 0: a "
+                        "loop that stopped early (its range from the size of another axis?).")
             for shift in (1, -1):
                 rolled = np.roll(expected, shift, axis=axis)
                 if arr.shape == rolled.shape and _close(arr, rolled) and \

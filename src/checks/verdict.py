@@ -237,7 +237,7 @@ def _result(lesson, check, findings, ok_message, notes, cell, seen):
         if not failures:
             charged.setdefault("changes_input", said)
         elif failures[0][1].mistake is None or mistakes[failures[0][1].mistake].kind in (
-                "behaviour", "factor"):
+                "behaviour", "factor", "constant"):
             # A wrong result read off as a behaviour is what the changed input made: the
             # change is the mistake to fix first.
             failures = [("", _Finding("changes_input", said + " The result was computed "
@@ -254,14 +254,23 @@ def _result(lesson, check, findings, ok_message, notes, cell, seen):
             "same tensor object.")))]
     # A name an earlier cell made, assigned anew (`key = key.transpose(-2, -1)`): charged
     # once, in the step's first check that takes it, when nothing else is wrong there.
-    takes = [c for c in lesson.step_of_check[check.name].checks
-             if set(c.upstream) & set(cell.rebound)]
-    if cell.replayed and cell.rebound and not failures and takes and takes[0] is check and \
+    # A set-up constant (d_k) is charged in the step's first check.
+    steps_checks = lesson.step_of_check[check.name].checks
+    takes = [c for c in steps_checks if set(c.upstream) & set(cell.rebound)] or (
+        [steps_checks[0]] if set(cell.rebound) & set(lesson.setup_names) else [])
+    if cell.replayed and cell.rebound and takes and takes[0] is check and \
             "rebinds_input" in mistakes:
-        names = [n for n in cell.rebound if n in check.upstream]
-        charged.setdefault("rebinds_input", (
-            f"your Cell {cell.number} assigns {_listing(names)} anew, a name "
-            f"Cell {lesson.made_in.get(names[0], '?')} made."))
+        names = [n for n in cell.rebound if n in check.upstream or n in lesson.setup_names]
+        where = (f"Cell {lesson.made_in[names[0]]}" if names[0] in lesson.made_in
+                 else "the set-up")
+        said = f"your Cell {cell.number} assigns {_listing(names)} anew, a name {where} made."
+        if not failures:
+            charged.setdefault("rebinds_input", said)
+        elif mistakes.get(failures[0][1].mistake) is None or mistakes[
+                failures[0][1].mistake].kind in ("behaviour", "factor", "constant"):
+            # (a result read off as a factor is what the changed constant made)
+            failures = [("", _Finding("rebinds_input", said + " The result was computed "
+                                      "with the changed value.")), *failures]
     # Only code that runs to the end earns its points (a function, probed on its own, is
     # judged whatever happens after its def).
     raised = cell.replayed and cell.raised and check.kind != "function"

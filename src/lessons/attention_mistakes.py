@@ -293,6 +293,14 @@ _m("shift_not_max", "softmax", "a shift by the row's minimum or mean, not its ma
             / _sum(np.exp(x - x.min(axis=d, keepdims=True)), d),
             lambda x, d: np.exp(x - x.mean(axis=d, keepdims=True))
             / _sum(np.exp(x - x.mean(axis=d, keepdims=True)), d)))
+_m("shift_by_argmax", "softmax", "the index of the maximum subtracted, not its value",
+   "x.max(dim, keepdim=True)[1] (or .indices, or argmax) is where each row's maximum is, "
+   "not the maximum: subtracting that position leaves large exponents that overflow",
+   "subtract the maximum's value: the first of the pair max(dim) returns (.values), or amax",
+   fns=_fns(lambda x, d: (lambda e: e / _sum(e, d))(
+       np.exp(x - np.expand_dims(np.argmax(x, axis=d), d).astype(x.dtype))),
+            lambda x, d: (lambda e: e / _guarded(_sum(e, d)))(
+       np.exp(x - np.expand_dims(np.argmax(x, axis=d), d).astype(x.dtype)))))
 _m("no_max_subtraction", "softmax", "softmax without max-subtraction",
    "exp of a large logit overflows to inf and inf/inf gives NaN",
    "subtract each row's maximum along dim (its dimension kept) before torch.exp: "

@@ -86,8 +86,8 @@ _m("heads_interleaved", "split_heads", "each head takes every 8th feature",
    "head h got features h, h+8, h+16, ... instead of the block h*8 ... h*8+7: the 64 "
    "features viewed as [8, 8] in the other order (d_k first, then heads), or sliced with a "
    "step of 8",
-   "split the last axis with the heads first and each head's 8 features second, so "
-   "head h keeps the block of features 8h to 8h+7",
+   "make head h hold features 8h to 8h+7: view the features as (heads, d_k), then move "
+   "only the heads' axis in front of the tokens, not the d_k one",
    reproduce=lambda inp: np.transpose(inp[SOURCE_OF[inp["name"]]].reshape(
        1, LENGTH, D_K, N_HEADS), (0, 3, 1, 2)),
    shows="heads made of every 8th feature")
@@ -322,6 +322,20 @@ _m("merge_rearranged", "multihead_output", "the heads were joined in the wrong o
    "make each token's merged row hold its 8 heads side by side: check the order of your "
    "transpose and reshape steps",
    kind="behaviour", said_first=True)
+_m("merge_dot_T", "multihead_output", ".T on the 4-D heads",
+   "`.T` reverses all four axes of head_outputs ([1, 8, 6, 8] becomes [8, 6, 8, 1]), so "
+   "the reshape that follows mixes heads, tokens and features",
+   "swap only the head and token axes before joining the heads",
+   reproduce=lambda inp: np.transpose(inp["head_outputs"]).reshape(1, LENGTH, D_MODEL)
+   @ inp["W_o"], shows="head_outputs.T reshaped to [1, 6, 64], then @ W_o")
+_m("merge_wrong_axes", "multihead_output", "the wrong two axes swapped before the merge",
+   "the transpose before the reshape swapped the token and feature axes (2 and 3) where "
+   "the head and token axes (1 and 2) belong, so each merged row mixes tokens",
+   "swap the head axis and the token axis before joining the heads",
+   reproduce=lambda inp: [np.swapaxes(inp["head_outputs"], a, b).reshape(1, LENGTH, D_MODEL)
+                          @ inp["W_o"] for a, b in ((2, 3), (1, 3))],
+   shows=("head_outputs with axes 2 and 3 swapped, reshaped, then @ W_o",
+          "head_outputs with axes 1 and 3 swapped, reshaped, then @ W_o"))
 _m("heads_averaged", "multihead_output", "the heads were averaged, not joined",
    "the result is 1/8 of the right one: joining the 8 heads side by side and then "
    "applying W_o adds up each head's share (a head's 8 features meet its own 8 rows of "
@@ -358,8 +372,8 @@ _SAID_HERE = {
         next_step="define that name in this cell, or use the set-up's query, key, value, "
                   "causal_mask, softmax, W_o, n_heads, d_k, d_model"),
     "lost_batch_dimension": dict(
-        next_step="keep the shape [1, ...]: use .transpose(-2, -1) and views that keep the "
-                  "batch axis, not .T, [0] or .squeeze()", examples={}),
+        next_step="keep the batch axis in front, [1, ...]: no [0], .squeeze() or .T, which "
+                  "drop it or move it", examples={}),
     "axes_permuted": dict(
         cause="the values are right but the axes are in another order: a transpose or "
               "permute of the wrong axes (or .T, which reverses every axis)",

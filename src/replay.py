@@ -357,17 +357,21 @@ _OUT_OF_PLACE = {"masked_fill", "add", "sub", "mul", "div", "clamp", "exp", "log
                  "nan_to_num", "where"}
 
 
-def _discarded(source: str) -> list[str]:
+def _discarded(source: str, functions=()) -> list[str]:
     """Lines of a cell that compute a value and keep nothing of it (``scores / 8`` on a
-    line of its own): said beside a wrong result, which they often explain."""
+    line of its own, or a call of ``functions`` or of one the cell defines, such as
+    ``softmax(attention_scores)``): said beside a wrong result, which they often explain."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return []
+    functions = set(functions) | {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     found = [ast.unparse(n.value) for n in tree.body
              if isinstance(n, ast.Expr) and (isinstance(n.value, (ast.BinOp, ast.UnaryOp)) or (
                  isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Attribute)
-                 and n.value.func.attr in _OUT_OF_PLACE))]
+                 and n.value.func.attr in _OUT_OF_PLACE) or (
+                 isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name)
+                 and n.value.func.id in functions))]
     return [f if len(f) <= 80 else f[:79] + "…" for f in found[:2]]
 
 
@@ -502,7 +506,8 @@ def _facts(lesson, cap, step, ns, inputs, watched, before, source, raised="") ->
         aliased = [n for n in own if any(ns[m] is ns[n] for m in own if m != n)]
         if aliased:
             out["replay.aliased"] = np.array(aliased, dtype=str)
-        discarded = _discarded(source)
+        discarded = _discarded(source, [n for n in lesson.official
+                                        if callable(ns.get(n)) and not isinstance(ns[n], type)])
         if discarded:
             out["replay.discarded"] = np.array(discarded, dtype=str)
         names = lesson.by_cell[step].names

@@ -118,6 +118,8 @@ def steps_of(mistake):
         return ["projections", "attention_scores", "attended_values"]
     if mistake.kind == "backward":  # (in Cell 6 it is the softmax's own mistake)
         return ["projections", "attention_scores", "softmax", "attended_values"]
+    if mistake.kind == "discarded":  # (Cell 6's weights: softmax(...) on its own)
+        return ["attention_weights"]
     if mistake.kind == "aliased":  # (Cell 4's three outputs)
         return ["projections"]
     if mistake.kind == "no_default":  # (the function's own)
@@ -261,6 +263,11 @@ def inject(mistake_id, step, data):
         data["replay.aliased"] = np.array(["query", "key", "value"])
         for n in ("query", "key"):  # (every name shows the one tensor's last write)
             _set_values(data, f"t.{n}", lesson.reference()["value"])
+    elif m.kind == "discarded":  # the result computed on a line of its own, never assigned
+        _drop(data, prefix)
+        _info(data, prefix, kind="none", type="NoneType")
+        data["cell.replayed"] = np.array(True)
+        data["replay.discarded"] = np.array(["softmax(attention_scores, dim=-1)"])
     elif m.kind == "no_default":  # right on every probe, but softmax(x) raises
         data["softmax.nodefault.raised"] = np.array(
             ["TypeError: softmax() missing 1 required positional argument: 'dim'", ""])

@@ -621,6 +621,9 @@ attempt("d_k made its own square root (blind set 10)",
         expect={"attention_scores": "rebinds_input"}, cell5="""\
 d_k = math.sqrt(d_k)
 attention_scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)""")
+attempt("the softmax called, its result dropped (blind set 11)",
+        expect={"attention_weights": "result_not_assigned"},
+        apply="softmax(attention_scores, dim=-1)")
 attempt("values first", expect={"attended_values": "values_first"},
         **values("value.transpose(-2, -1) @ attention_weights.transpose(-2, -1)"))
 attempt("value.T", expect={"attended_values": "axes_permuted"},

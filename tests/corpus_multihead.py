@@ -345,6 +345,18 @@ merged = head_outputs.transpose(1, 2).reshape(1, 6, 64)
 multihead_output = W_o(merged)""")
 attempt(".T on the heads before the merge", {"multihead_output": "merge_dot_T"},
         merge="multihead_output = head_outputs.T.reshape(1, 6, 64) @ W_o")
+attempt("a merge loop from head 1", {"multihead_output": "merge_rearranged"}, merge="""\
+merged = torch.zeros(1, 6, d_model)
+for h in range(1, n_heads):
+    merged[:, :, 8 * h:8 * h + 8] = head_outputs[:, h]
+multihead_output = merged @ W_o""")
+attempt("the row max without keepdim", {"head_weights": "head_keepdim_missing"}, weights="""\
+head_weights = torch.empty_like(head_scores)
+for h in range(n_heads):
+    s = head_scores[0, h]
+    e = torch.exp(s - s.amax(dim=-1))
+    head_weights[0, h] = e / e.sum(dim=-1, keepdim=True)
+head_outputs = head_weights @ v_heads""")
 attempt("the output detached", {"multihead_output": "detached_output"}, merge="""\
 merged = head_outputs.transpose(1, 2).reshape(1, 6, 64)
 multihead_output = (merged @ W_o).detach()""")

@@ -21,7 +21,8 @@ def test_a_later_blind_set_is_judged_as_its_labels_say(name):
 #: The sets measured since messages stopped handing out code (issue 22): every fragment of
 #: every failing message, pasted alone into its step cell and replayed, earns nothing.
 PASTED = ("attempts7.json", "attempts8.json", "attempts9.json", "attempts10.json",
-          "multihead2.json", "multihead3.json", "multihead4.json", "multihead5.json")
+          "attempts11.json", "multihead2.json", "multihead3.json", "multihead4.json",
+          "multihead5.json", "multihead6.json")
 
 
 @pytest.mark.parametrize("name", PASTED)

@@ -761,12 +761,11 @@ def _rearranged(lesson, check, name, arr, ctx):
         words = [f"axis {i}" for i in range(want.ndim)]
     row = ", ".join(f"{words[a]} {int(i)}" for a, i in enumerate(at) if want.shape[a] > 1)
     said = "merged row" if r.undo else "row"
-    lost = np.setdiff1d(want, where).size
-    if lost:  # (numbers written over others, or read twice: not a rearrangement)
-        return r.mistake, (f"your {'merged ' if r.undo else ''}`{name}` holds some of "
-                           f"`{r.source}`'s numbers more than once and {lost} of them not at "
-                           f"all: parts were written over each other or read twice (the "
-                           f"{said} at {row} holds {_places(lesson, r.source, rows_g[k])}).")
+    missing = np.setdiff1d(want, where)
+    if missing.size:  # (numbers written over others, read twice, or a part left out)
+        return r.mistake, (f"{_places(lesson, r.source, missing)} of `{r.source}` appear "
+                           f"nowhere in your {'merged ' if r.undo else ''}`{name}`: a part "
+                           "left out or written over (a loop's range, or an index)")
     mine, theirs = _places(lesson, r.source, rows_g[k]), _places(lesson, r.source, rows_w[k])
     if mine == theirs:  # (the same places, in another order within the row)
         j = int(np.argmax(rows_g[k] != rows_w[k]))
@@ -1078,6 +1077,17 @@ def _judge_output(lesson, check, name, view, contexts, strict, inputs, cell):
             elif f.mistake == "used_before_computed" and inputs and all(
                     v.kind in ("tensor", "ndarray") for v in inputs):
                 f.mistake = "returned_none"
+            calls = [d for d in cell.discarded if d.endswith(")")]
+            if calls and f.mistake in ("returned_none", "used_before_computed", "cell_raised") \
+                    and "result_not_assigned" in lesson.mistakes:
+                f.mistake = "result_not_assigned"
+                f.seen = (f"your Cell {cell.number} computes `{calls[0]}` on a line of its own, "
+                          f"so `{name}` {holds}.")
+        elif cell.replayed and [d for d in cell.discarded if d.endswith(")")] and \
+                "result_not_assigned" in lesson.mistakes:
+            f.mistake = "result_not_assigned"
+            calls = [d for d in cell.discarded if d.endswith(")")]
+            f.seen = f"your Cell {cell.number} computes `{calls[0]}` but never assigns `{name}`."
         else:
             f.mistake = "not_computed"
             f.seen = (f"`{name}` {holds}: it has not been computed yet; run your Cell "

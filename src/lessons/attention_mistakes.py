@@ -586,7 +586,8 @@ _m("dot_T_on_3d", "any", ".T on a tensor of more than two axes",
    "{example}",
    examples={"attention_scores": "swap only the last two axes: key.transpose(-2, -1) (or "
                                  "key.mT)",
-             "attended_values": "drop the .T: the formula multiplies the weights as they are",
+             "attended_values": "the formula multiplies the weights as they are; where a "
+                                "transpose is needed, swap only the last two axes",
              "any": "swap only the last two axes: t.transpose(-2, -1) (or t.mT) for a tensor "
                     "t"},
    error=r".", line=r"\.T\b",
@@ -677,6 +678,11 @@ _m("upstream_slip", "any", "a slip in an earlier cell stopped this one",
    "it, but this cell cannot be judged until it runs",
    _FIX_EARLIER,
    kind="upstream_slip")
+_m("result_not_assigned", "any", "the result was computed but never assigned",
+   "a line computes the result on its own and keeps nothing of it: the name the task asks "
+   "for stays None",
+   "assign the result of that line to the name the task gives",
+   kind="discarded")
 _m("returned_none", "any", "a function returned None",
    "every input of this cell is there, yet an operation got None: a function you call "
    "returns None (a def without `return`), or a name was set to None",

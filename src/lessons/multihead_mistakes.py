@@ -237,14 +237,17 @@ _m("head_weights_whole_sum", "head_weights", "normalised over more than each row
        inp["head_scores"].max(-1, keepdims=True), 0.0) for a in (None, (-2, -1))],
    shows=("the exponentials divided by the sum of the whole tensor",
           "the exponentials divided by the sum of each head's matrix") * 2)
-_m("head_keepdim_missing", "head_weights", "keepdim=True missing in the row sums",
-   "without keepdim the row sums lose their axis and broadcast along the other one: on a "
-   "square [6, 6] matrix, column j is divided by row j's sum",
-   "keep the summed axis (keepdim=True), so each row is divided by its own sum",
+_m("head_keepdim_missing", "head_weights", "keepdim=True missing in a row reduction",
+   "without keepdim a row's sum (or maximum) loses its axis and broadcasts along the other "
+   "one: on a square [6, 6] matrix, column j is divided by (or shifted by) row j's",
+   "keep the reduced axis (keepdim=True), so each row is divided and shifted by its own",
    reproduce=lambda inp: [(lambda e: e / np.swapaxes(e.sum(-1, keepdims=True), -1, -2))(
        np.exp(inp["head_scores"] - shift)) for shift in (
-       inp["head_scores"].max(-1, keepdims=True), 0.0)],
-   shows=("each column divided by the sum of the row of its number",) * 2)
+       inp["head_scores"].max(-1, keepdims=True), 0.0)] + [
+       (lambda e: e / e.sum(-1, keepdims=True))(np.exp(inp["head_scores"] - np.swapaxes(
+           inp["head_scores"].max(-1, keepdims=True), -1, -2)))],
+   shows=("each column divided by the sum of the row of its number",) * 2 + (
+       "each column shifted by the maximum of the row of its number",))
 _m("head_log_softmax", "head_weights", "a log-softmax, not the softmax",
    "the weights are the logarithms of the softmax (log_softmax, or a log of it): they are "
    "negative, -inf where the mask hides a key, and a row does not sum to 1",
@@ -319,8 +322,8 @@ _m("merge_interleaved", "multihead_output", "the heads' features were interleave
 _m("merge_rearranged", "multihead_output", "the heads were joined in the wrong order",
    "before W_o, your merged heads hold the right numbers in other places: token t's row "
    "must hold head 0's 8 features of token t, then head 1's, and so on to head 7's",
-   "make each token's merged row hold its 8 heads side by side: check the order of your "
-   "transpose and reshape steps",
+   "make each token's merged row hold its 8 heads side by side, every head once: check "
+   "how your code places them (its loop, or its transpose and reshape steps)",
    kind="behaviour", said_first=True)
 _m("merge_dot_T", "multihead_output", ".T on the 4-D heads",
    "`.T` reverses all four axes of head_outputs ([1, 8, 6, 8] becomes [8, 6, 8, 1]), so "

@@ -30,7 +30,8 @@ HERE = Path(__file__).resolve().parent
 #: Which lesson a blind set is of, by its file name (lesson 1's by default).
 LESSON_OF = {"multihead1.json": "multihead", "multihead2.json": "multihead",
              "multihead3.json": "multihead", "multihead4.json": "multihead",
-             "multihead5.json": "multihead", "multihead6.json": "multihead"}
+             "multihead5.json": "multihead", "multihead6.json": "multihead",
+             "multihead7.json": "multihead"}
 
 
 def _cells(spec) -> dict:

@@ -624,6 +624,14 @@ attention_scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)""")
 attempt("the softmax called, its result dropped (blind set 11)",
         expect={"attention_weights": "result_not_assigned"},
         apply="softmax(attention_scores, dim=-1)")
+attempt("a key loop from 1 (blind set 12)", expect={"attended_values": "range_off_by_one"},
+        cell7="""\
+attended_values = torch.zeros(1, 6, 64)
+for j in range(1, 6):
+    attended_values += attention_weights[:, :, j:j + 1] * value[:, j:j + 1, :]""")
+attempt("one layer for all three, chained (blind set 12)",
+        expect={"projections": "outputs_aliased"}, by_design=DOWNSTREAM_OF_4,
+        cell4="query = key = value = q_proj(x)")
 attempt("values first", expect={"attended_values": "values_first"},
         **values("value.transpose(-2, -1) @ attention_weights.transpose(-2, -1)"))
 attempt("value.T", expect={"attended_values": "axes_permuted"},

@@ -345,7 +345,7 @@ merged = head_outputs.transpose(1, 2).reshape(1, 6, 64)
 multihead_output = W_o(merged)""")
 attempt(".T on the heads before the merge", {"multihead_output": "merge_dot_T"},
         merge="multihead_output = head_outputs.T.reshape(1, 6, 64) @ W_o")
-attempt("a merge loop from head 1", {"multihead_output": "merge_rearranged"}, merge="""\
+attempt("a merge loop from head 1", {"multihead_output": "range_off_by_one"}, merge="""\
 merged = torch.zeros(1, 6, d_model)
 for h in range(1, n_heads):
     merged[:, :, 8 * h:8 * h + 8] = head_outputs[:, h]

@@ -332,6 +332,7 @@ def _substitution(lesson, check, name, arr, ctx, view=None, close=_close):
     options = {p: [(n, None) for n in scope if n != p] + [(n, "T") for n in scope] + [
         (p, "view")] + [(p, axis) for axis in range(1, ctx.inp[p].ndim)] + [
         (p, ("last", axis)) for axis in range(1, ctx.inp[p].ndim)] + [
+        (p, ("skip", axis)) for axis in range(1, ctx.inp[p].ndim)] + [
         (p, ("first", axis)) for axis in range(1, ctx.inp[p].ndim - 2)] if p in ctx.inp else []
         for p in places}
     changes = [[(p, o)] for p in places for o in options[p]]
@@ -350,6 +351,10 @@ def _substitution(lesson, check, name, arr, ctx, view=None, close=_close):
         if isinstance(op, int):
             a = a.copy()
             a[(slice(None),) * op + (-1,)] = 0
+        if isinstance(op, tuple) and op[0] == "skip":  # the first slice left out
+            a = a.copy()
+            a[(slice(None),) * op[1] + (0,)] = 0
+            return a
         if isinstance(op, tuple) and op[0] == "first":  # the first slice for every slice
             return np.broadcast_to(np.take(a, [0], axis=op[1]), a.shape)
         if isinstance(op, tuple):  # only the last slice along the axis
@@ -365,6 +370,9 @@ def _substitution(lesson, check, name, arr, ctx, view=None, close=_close):
         if isinstance(op, int):
             where = _axis_words(lesson, p, op, ctx.inp[p].ndim)
             return f"the last slice along {where} of `{p}` left out (a range one short)"
+        if isinstance(op, tuple) and op[0] == "skip":
+            where = _axis_words(lesson, p, op[1], ctx.inp[p].ndim)
+            return f"the first slice along {where} of `{p}` left out (a range that starts at 1)"
         if isinstance(op, tuple) and op[0] == "first":
             where = _axis_words(lesson, p, op[1], ctx.inp[p].ndim)
             return (f"`{p}`'s first slice along {where} used for every one (an index 0 "

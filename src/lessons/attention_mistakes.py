@@ -1024,10 +1024,10 @@ _m("mm_on_batches", "any", "torch.mm on tensors with a batch axis",
    example=("RuntimeError: self must be a matrix",
             "attended_values = torch.mm(attention_weights, value)"))
 _m("outputs_aliased", "any", "one tensor under several names",
-   "a = b = torch.zeros(...) binds one and the same tensor to every name: filling one "
-   "fills them all, so they end up equal to whatever was written last",
-   "give each name a tensor of its own (one torch.zeros(...) call per name, or compute each "
-   "directly)",
+   "a = b = ... binds one and the same tensor to every name: filling one fills them all, "
+   "and all of them hold what was made or written last",
+   "give each name a tensor of its own, made by its own formula (its own layer or its own "
+   "buffer)",
    kind="aliased")
 _m("tensor_called", "any", "a tensor called like a function",
    "a tensor holds numbers: calling it with parentheses raises; a layer can be called, the "

@@ -13,6 +13,7 @@ Shape legend: not applicable (sources and results; the tensors stay in the repla
 from __future__ import annotations
 
 import ast
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Callable
@@ -116,8 +117,16 @@ def _replay_only(lesson, step, data: dict, cells) -> None:
         data["replay.made_elsewhere"] = np.array([m.group(1), where], dtype=str)
 
 
+def judge_as_graded(grade_id, data, own=None, *, strict=True) -> Summary:
+    """``judge_replay``'s Summary in the form grading receives it: through the JSON the
+    judging child sends (src/grading.py, ``judge_isolated``). A verdict that cannot cross
+    that pipe fails on every road, not only in grading."""
+    out = judge_replay(grade_id, data, own, strict=strict).to_dict(values=True)
+    return Summary.from_dict(json.loads(json.dumps(out)))
+
+
 def verdicts(lesson, sources: dict, replay: Callable[[dict], dict], *,
-             cells=(), only=None, judge: Callable = judge_replay) -> Verdicts:
+             cells=(), only=None, judge: Callable = judge_as_graded) -> Verdicts:
     """The verdict of every check cell of ``lesson`` (or of those of the step cells
     ``only``) on the step cells' ``sources`` {step cell id: source}.
 
@@ -125,8 +134,8 @@ def verdicts(lesson, sources: dict, replay: Callable[[dict], dict], *,
     {step cell id: source} (``src/replay.py``: the fork server's :meth:`replay`, or
     :func:`replay_in_process`). ``cells`` [(label, source)]: every code cell of the
     notebook, to say where a name the replay missed is made. ``judge(test id, data,
-    own, strict=True)`` gives a Summary (grading passes one that runs in a child with
-    its own limits). Every verdict is the graded run's (strict): what a student sees
+    own, strict=True)`` gives a Summary (by default :func:`judge_as_graded`; grading
+    passes one that runs it in a child with its own limits). Every verdict is the graded run's (strict): what a student sees
     while working is what grading decides.
     """
     steps = [s for s in lesson.steps if only is None or s.cell in only]

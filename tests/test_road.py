@@ -239,3 +239,16 @@ def test_the_road_is_the_only_road():
         assert "WarmReplay" in text or "src.validate" in text, path
     assert road.verdicts.__module__ == "src.road"
     assert SOURCE.exists()
+
+
+def test_a_verdict_on_one_tensor_under_several_names_agrees(kernel):
+    """The road's judge sends every verdict through grading's JSON form (src/road.py's
+    judge_as_graded): a verdict that could not cross the judging child's pipe once earned
+    0 in grading ("checking this data failed") while the live check named the mistake."""
+    sources = solved()
+    sources["cell4_projections"] = ("query = key = value = torch.zeros(1, 6, 64)\n")
+    nb = notebook(sources)
+    got, want = live(kernel, nb), graded(nb)
+    same(got, want)
+    assert "one tensor under several names" in want["cell4_projections_test"][0][1]
+    assert road.verdicts.__kwdefaults__["judge"] is road.judge_as_graded

@@ -249,10 +249,10 @@ def _result(lesson, check, findings, ok_message, notes, cell, seen):
                for n in c.outputs if n in cell.aliased]
     same = [n for n in check.outputs if n in tensors] if len(tensors) > 1 else []
     if cell.replayed and same and failures and "outputs_aliased" in mistakes:
-        seen = failures[0][1].seen  # (what the one tensor shows, read off as before)
+        shows = failures[0][1].seen  # (what the one tensor shows, read off as before)
         failures = [("", _Finding("outputs_aliased", (
             f"after your Cell {cell.number}, {_listing(list(cell.aliased))} are one and the "
-            f"same tensor object. {seen[:1].upper()}{seen[1:]}".strip())))]
+            f"same tensor object. {shows[:1].upper()}{shows[1:]}".strip())))]
     # A name an earlier cell made, assigned anew (`key = key.transpose(-2, -1)`): charged
     # once, in the step's first check that takes it, when nothing else is wrong there.
     # A set-up constant (d_k) is charged in the step's first check.

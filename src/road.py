@@ -135,8 +135,8 @@ def verdicts(lesson, sources: dict, replay: Callable[[dict], dict], *,
     :func:`replay_in_process`). ``cells`` [(label, source)]: every code cell of the
     notebook, to say where a name the replay missed is made. ``judge(test id, data,
     own, strict=True)`` gives a Summary (by default :func:`judge_as_graded`; grading
-    passes one that runs it in a child with its own limits). Every verdict is the graded run's (strict): what a student sees
-    while working is what grading decides.
+    passes one that runs it in a child with its own limits). Every verdict is the
+    graded run's (strict): what a student sees while working is what grading decides.
     """
     steps = [s for s in lesson.steps if only is None or s.cell in only]
     answer = replay({s: src for s, src in sources.items() if s in lesson.by_cell})

@@ -372,5 +372,9 @@ LESSON = Lesson(
         "softmax_float32": "a softmax that computes in float32 (x.float() first) is right: "
                            "the lesson's tensors are float32, and the softmax's docstring "
                            "asks for x's shape, not its dtype",
+        "own_softmax_for_weights": "attention_weights made by a built-in softmax beside a "
+                                   "right function of your own cost half the weights' "
+                                   "points: the task is to call your softmax (Cell 6's "
+                                   "text says so)",
     },
 )

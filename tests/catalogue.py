@@ -112,7 +112,7 @@ def steps_of(mistake):
     """The checks an entry is injected into: its own, or every tensor check for "any"."""
     if mistake.kind == "degenerate":  # (the softmax of constant scores is constant: it is
         return ["attention_scores", "attended_values"]  # named constant_output)
-    if mistake.kind in ("detached_output", "left_torch"):  # (Cell 4: detached_projection)
+    if mistake.kind in ("detached_output", "left_torch", "recomputed"):  # (Cell 4: its own)
         return TENSOR_STEPS[1:]
     if mistake.kind == "variant":  # (Cell 6's softmax is probed on its own inputs)
         return ["projections", "attention_scores", "attended_values"]
@@ -128,7 +128,7 @@ def steps_of(mistake):
         return ["attention_scores", "attended_values"]
     if mistake.kind == "mutated_input":  # (in Cell 6 it is the softmax's own mistake)
         return [s for s in TENSOR_STEPS if s != "attention_weights"]
-    if mistake.kind == "swapped":  # (its example's line is a product of Cell 7)
+    if mistake.kind in ("swapped", "transposed"):  # (its example's line: Cell 7's product)
         return ["attended_values"]
     if mistake.step == "any":  # these are about a step's inputs: it must have some
         return TENSOR_STEPS[1:] if mistake.kind in NEEDS_INPUTS else TENSOR_STEPS
@@ -250,6 +250,12 @@ def inject(mistake_id, step, data):
     elif m.kind == "detached_output":
         data["cell.replayed"] = np.array(True)
         _info(data, prefix, requires_grad="", grad_fn="")
+    elif m.kind == "recomputed":  # in the graph, with no gradient reaching an input
+        data["cell.replayed"] = np.array(True)
+        _info(data, prefix, requires_grad="True", grad_fn="MmBackward0")
+        for upstream in verify.NAMES[step].upstream:
+            data[f"replay.grad.{name}.{upstream}"] = np.zeros_like(
+                lesson.reference()[upstream], dtype=np.float64)
     elif m.kind == "variant":  # the second run, on other embeddings, raised
         data["variant.in.x"] = lesson.shipped()["x"] * 6
         data["variant.raised"] = np.array("RuntimeError: the values were typed in for 6 tokens")
@@ -360,6 +366,8 @@ def inject(mistake_id, step, data):
         _info(data, prefix, dtype="int64")
     elif m.kind == "factor":
         _set_values(data, prefix, values.astype(np.float64) * 3.0)
+    elif m.kind == "constant_factor":  # the fourth root of d_k: no entry of its own
+        _set_values(data, prefix, values.astype(np.float64) * 64 ** 0.25)
     elif m.kind == "permuted":
         _set_values(data, prefix, np.transpose(values))
     else:

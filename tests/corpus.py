@@ -160,7 +160,7 @@ attended_values = torch.stack(rows).unsqueeze(0)""")
 # Right values, but recomputed from query and key: the weights of Cell 6 are not used.
 attempt("torch's scaled_dot_product_attention", cell7="attended_values = "
         "torch.nn.functional.scaled_dot_product_attention(query, key, value)",
-        expect={"attended_values": "detached_output"})
+        expect={"attended_values": "recomputed_output"})
 attempt("renormalised weights", cell7="attended_values = attention_weights @ value / "
         "attention_weights.sum(-1, keepdim=True)")
 attempt("float64 fixed back to float32 in Cell 7",
@@ -322,7 +322,7 @@ attempt("a causal mask with -1e9", expect={"attention_scores": "causal_mask"},
 
 # ------------------------------------------------------------- Cell 6: the function
 SM = "def softmax(x, dim=-1):\n"
-attempt("softmax that forgot its return", expect={"softmax": "bad_output",
+attempt("softmax that forgot its return", expect={"softmax": "returned_none",
                                                   "attention_weights": "returned_none"},
         by_design=AFTER_6, softmax=SM + """\
     exps = torch.exp(x - x.amax(dim=dim, keepdim=True))
@@ -599,8 +599,14 @@ for i in range(6):
     rows.append(acc)
 attended_values = torch.stack(rows).unsqueeze(0)""")
 attempt("the weights recomputed from query and key (blind set 7)",
-        expect={"attention_weights": "detached_output"},
+        expect={"attention_weights": "recomputed_output"},
         apply="attention_weights = softmax(query @ key.transpose(-2, -1) / math.sqrt(d_k))")
+attempt("only the keys scaled, by the fourth root of d_k (blind set 13)",
+        expect={"attention_scores": "constant_factor"},
+        cell5="attention_scores = query @ (key / d_k ** 0.25).transpose(-2, -1)")
+attempt("the value transposed in the aggregation (blind set 13)",
+        expect={"attended_values": "operand_transposed"},
+        cell7="attended_values = torch.bmm(attention_weights, value.transpose(1, 2))")
 attempt("the key transposed under its own name (blind set 9)",
         expect={"attention_scores": "rebinds_input"},
         cell5="key = key.transpose(-2, -1)\nattention_scores = query @ key / math.sqrt(d_k)")

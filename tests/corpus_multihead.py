@@ -274,7 +274,7 @@ for i in range(6):
 attempt("masked_fill's result dropped", {"head_scores": "no_causal_mask"}, scores="""\
 head_scores = q_heads @ k_heads.transpose(-2, -1) / math.sqrt(d_k)
 head_scores.masked_fill(~causal_mask, float("-inf"))""")
-attempt("√8 typed as 2.83", {"head_scores": "scalar_multiple"},
+attempt("√8 typed as 2.83", {"head_scores": "constant_factor"},
         scores=scores("(raw_scores / 2.83).masked_fill(~causal_mask, float('-inf'))"))
 attempt("every head against head 0's keys", {"head_scores": "range_off_by_one"}, scores="""\
 rows = [q_heads[:, h] @ k_heads[:, 0].transpose(-2, -1) for h in range(n_heads)]
@@ -306,7 +306,7 @@ head_scores = torch.empty(1, n_heads, 6, 6)
 for h in range(n_heads):
     head_scores[0, h] = q_heads[0, h] @ k_heads[0, h].T / math.sqrt(d_k)
 head_scores[0, h] = head_scores[0, h].masked_fill(~causal_mask, float("-inf"))""")
-attempt("√ of the token count", {"head_scores": "scalar_multiple"},
+attempt("√ of the token count", {"head_scores": "constant_factor"},
         scores=scores("(raw_scores / k_heads.size(-2) ** 0.5).masked_fill(~causal_mask, "
                       "float('-inf'))"))
 attempt("divided by the sum of everything", {"head_weights": "head_weights_whole_sum"},

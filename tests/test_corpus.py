@@ -48,7 +48,8 @@ def test_the_names_are_unique_and_every_mistake_is_met():
     # behaviour and replay entries are met by real code in tests/test_verify.py
     # (BEHAVIOUR_CODE, and every entry injected) and tests/test_replay.py.
     replay_kinds = {"behaviour", "misspelled", "mutated_input", "left_autograd", "gradient",
-                    "custom_function", "builtin_weights", "detached_output", "course_code"}
+                    "custom_function", "builtin_weights", "detached_output", "course_code",
+                    "recomputed"}
     later = {mid for mid, m in verify.MISTAKES.items() if m.kind in replay_kinds} | {
         "undefined_name", "stub_left", "not_computed", "used_before_computed", "upstream_slip",
         "degenerate_upstream", "returned_none", "cell_raised"}

@@ -291,7 +291,7 @@ def test_recomputing_from_x_and_the_layers_costs_half_the_step_as_decided():
             "v_heads = value.view(1, 6, 8, 8).transpose(1, 2)\n")
     data = replay.replay_step(SPEC, "mh_cell4_split", code, corpus.release_setup(), None, 5)
     result = verify.judge_replay("mh_cell4_split_test", data, strict=True).results[0]
-    assert (result.score, result.mistake) == (1.0, "detached_output"), result.message
+    assert (result.score, result.mistake) == (1.0, "recomputed_output"), result.message
     assert "from_its_inputs" in SPEC.decisions
 
 

@@ -180,9 +180,13 @@ def test_every_catalogue_entry_is_named_by_its_own_diagnosis(reference, mistake,
     assert strict.mistake == mistake, str(strict)
     assert strict.score == pytest.approx(strict.max_score * max(0.0, 1 - m.cost))
     first, _, evidence = strict.message.partition("\n")
+    assert len(first) <= verify.FIRST_LINE_CHARS and len(evidence) <= verify.EVIDENCE_CHARS
+    if m.said_first:  # the search's own words of what it found are the mistake's
+        assert first.startswith("Mistake: ") and "\nWhy:" in strict.message
+        assert f"Next step: {m.next_step_for(step)}." in " ".join(strict.message.split("\n")[:2])
+        return
     # the mistake, and what next (with this check's own example)
     assert first == f"Mistake: {m.title}. Next step: {m.next_step_for(step)}."
-    assert len(first) <= verify.FIRST_LINE_CHARS and len(evidence) <= verify.EVIDENCE_CHARS
     assert evidence.startswith("What we saw:") and "\nWhy:" in evidence
     if m.strict_only:  # shown beforehand, deducted only in the graded run
         assert visible.passed and visible.pending == [mistake]

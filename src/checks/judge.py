@@ -260,8 +260,12 @@ def _match_value(lesson, check, name, arr, contexts, view):
                 mean = _mean_words(check, name, c)
                 if mean:
                     return "reduction_changed", f"`{name}` is the formula with {mean}."
+                words = _factor_words(lesson, c)
+                if words and "constant_factor" in lesson.mistakes:  # (said as the mistake)
+                    return "constant_factor", (f"`{name}` is {_fmt(c)} times the "
+                                               f"formula's result{words}.")
                 return "scalar_multiple", (f"your `{name}` is {_fmt(c)} times the expected "
-                                           f"one{_factor_words(lesson, c)}.")
+                                           f"one{words}.")
     if _constant(arr):
         value = _fmt(arr.ravel()[0]) if arr.size else "nothing (it is empty)"
         return "constant_output", f"every entry of `{name}` is {value}."
@@ -1214,7 +1218,10 @@ def _right(lesson, check, f, name, view, arr, exact, lost, tol, inputs, strict, 
                             f"{view.dtype} (this cell's inputs were {want}) and no autograd "
                             "graph: it was rebuilt from numbers computed outside torch."))
         elif wrong:
-            _strict(f, strict, "detached_output", f"`{name}` has the right values, but {wrong}.")
+            # (still in the graph, yet not through an input: recomputed from others)
+            kind = ("recomputed_output" if view.requires_grad and
+                    "recomputed_output" in lesson.mistakes else "detached_output")
+            _strict(f, strict, kind, f"`{name}` has the right values, but {wrong}.")
 
 def _input_gradients(check, view, inp, out):
     """Why ``view`` (a replay's output ``out`` on inputs ``inp``, which require grad) does

@@ -176,3 +176,70 @@ def swapped(line: str, shapes: dict) -> str:
         if len(a) >= 2 and len(b) >= 2 and a[-1] != b[-2] and b[-1] == a[-2]:
             return f"`{left}` @ `{right}`"
     return ""
+
+
+_TRANSPOSES = ("transpose", "swapaxes", "swapdims", "permute")
+
+
+def _untransposed(node):
+    """The tensor ``node`` transposes (``t.transpose(1, 2)``, ``t.T``, ``t.mT``,
+    ``t.permute(...)``, ``torch.transpose(t, ...)``), or None."""
+    if isinstance(node, ast.Attribute) and node.attr in ("T", "mT"):
+        return node.value
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+            node.func.attr in _TRANSPOSES:
+        owner = node.func.value
+        if isinstance(owner, ast.Name) and owner.id in ("torch", "np"):
+            return node.args[0] if node.args else None
+        return owner
+    return None
+
+
+def product_repair(line: str, shapes: dict, wants: dict | None = None):
+    """The one small change that makes the first product in ``line`` whose operands do
+    not fit work, or None: ``("swapped", "`a` @ `b`")`` (its two operands the other way
+    round) or ``("transposed", "`b.transpose(1, 2)`")`` (an operand's transpose dropped).
+
+    When the product is the whole right side of an assignment to a name of ``wants``
+    ({name: shape}), a change counts only if its product has that name's shape. Two
+    changes that both count name nothing: the caller says what is certain instead.
+    """
+    try:
+        tree = ast.parse(line.strip())
+    except SyntaxError:
+        return None
+    want = None
+    if isinstance(tree.body[0] if tree.body else None, ast.Assign):
+        stmt = tree.body[0]
+        if len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            want = (stmt.value, (wants or {}).get(stmt.targets[0].id))
+    for node in ast.walk(tree):
+        pair = None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+            pair = (node.left, node.right)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("matmul", "bmm"):
+            owner = node.func.value
+            if isinstance(owner, ast.Name) and owner.id == "torch" and len(node.args) == 2:
+                pair = tuple(node.args)
+            elif not (isinstance(owner, ast.Name) and owner.id in ("torch", "np")) and \
+                    len(node.args) == 1:
+                pair = (owner, node.args[0])
+        if not pair:
+            continue
+        a, b = shape_of(pair[0], shapes), shape_of(pair[1], shapes)
+        if a is None or b is None or _matmul(a, b) is not None:
+            continue  # (this product fits, or cannot be read: the next one)
+        target = want[1] if want and want[0] is node and want[1] else None
+        found = []
+        for change, result, operand in (
+                ("swapped", _matmul(b, a), pair),
+                ("transposed", _matmul(shape_of(_untransposed(pair[0]), shapes)
+                                       if _untransposed(pair[0]) else None, b), pair[0]),
+                ("transposed", _matmul(a, shape_of(_untransposed(pair[1]), shapes)
+                                       if _untransposed(pair[1]) else None), pair[1])):
+            if result is not None and (target is None or tuple(result) == tuple(target)):
+                found.append((change, f"`{ast.unparse(operand[0])}` @ `{ast.unparse(operand[1])}`"
+                              if change == "swapped" else f"`{ast.unparse(operand)}`"))
+        return found[0] if len(found) == 1 else None
+    return None

@@ -16,7 +16,7 @@ from typing import Mapping
 import numpy as np
 
 from src.checks.results import CheckResult, _mistake_text, _tidy
-from src.checks.shapes import swapped
+from src.checks.shapes import product_repair
 from src.checks.util import INFO_FIELDS, LIMITS, _listing, _num, _short, finite_or_masked
 
 
@@ -183,12 +183,16 @@ def _line_shapes(lesson, cell, arrived=None) -> dict:
 
 def _named_error(lesson, cell, check, arrived=None):
     """The catalogue entry of the error ``cell`` raised in ``check``'s code: the lesson's
-    entry by the error and line, made "operands_swapped" when the line's product fits with
-    its operands the other way round; None when no entry matches."""
+    entry by the error and line; for a product whose shapes do not fit, the lesson's entry
+    of the one change that makes it give its result's shape (its operands swapped, a
+    transpose dropped: src/checks/shapes.py); None when no entry matches."""
     found = _error_entry(lesson, cell.error, cell.line, check)
-    if found == "matmul_shapes" and "operands_swapped" in lesson.mistakes and swapped(
-            cell.line, _line_shapes(lesson, cell, arrived)):
-        return "operands_swapped"
+    if found == "matmul_shapes":
+        repair = product_repair(cell.line, _line_shapes(lesson, cell, arrived),
+                                lesson.shapes)
+        by_kind = {m.kind: m.id for m in lesson.mistakes.values()}
+        if repair and repair[0] in by_kind:
+            return by_kind[repair[0]]
     return found
 
 
@@ -237,7 +241,7 @@ def _result(lesson, check, findings, ok_message, notes, cell, seen):
         if not failures:
             charged.setdefault("changes_input", said)
         elif failures[0][1].mistake is None or mistakes[failures[0][1].mistake].kind in (
-                "behaviour", "factor", "constant"):
+                "behaviour", "factor", "constant", "constant_factor"):
             # A wrong result read off as a behaviour is what the changed input made: the
             # change is the mistake to fix first.
             failures = [("", _Finding("changes_input", said + " The result was computed "
@@ -268,7 +272,8 @@ def _result(lesson, check, findings, ok_message, notes, cell, seen):
         if not failures:
             charged.setdefault("rebinds_input", said)
         elif mistakes.get(failures[0][1].mistake) is None or mistakes[
-                failures[0][1].mistake].kind in ("behaviour", "factor", "constant"):
+                failures[0][1].mistake].kind in ("behaviour", "factor", "constant",
+                                                  "constant_factor"):
             # (a result read off as a factor is what the changed constant made)
             failures = [("", _Finding("rebinds_input", said + " The result was computed "
                                       "with the changed value.")), *failures]

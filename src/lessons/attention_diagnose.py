@@ -415,6 +415,9 @@ def _softmax_verdict(lesson, r, strict, cell):
             continue
         view = r.tensor(f"softmax.p{i}.out", "")
         arr = view.real
+        if view.kind == "none" and "returned_none" in lesson.mistakes:
+            return ("returned_none", f"called on a tensor of shape {list(p.x.shape)}, your "
+                    "softmax returned None: no `return` with its result was reached.")
         if view.kind != "tensor" or arr is None:
             what = view.describe()
             if view.kind == "tensor" and view.layout != "strided":

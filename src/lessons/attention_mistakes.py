@@ -561,6 +561,11 @@ _m("axes_permuted", "any", "the axes are in the wrong order",
              "any": "keep the result's axes as the formula gives them: remove the transpose "
                     "or permute of the result"},
    kind="permuted")
+_m("constant_factor", "any", "a factor that is a power of a constant of the lesson",
+   "the result is the formula's times a power of one of the lesson's constants: a scaling "
+   "by the wrong power, or one applied where the formula has none (to an operand, or twice)",
+   "compare each factor in your code, an operand's too, with the formula's",
+   kind="constant_factor", said_first=True)
 _m("scalar_multiple", "any", "a constant factor off",
    "the result is a constant multiple of the right one: a scaling that should not be "
    "there, or a wrong constant",
@@ -617,6 +622,16 @@ _m("operands_swapped", "any", "the product's two operands are the wrong way roun
    example=("RuntimeError: Expected size for first two dimensions of batch2 tensor to be: "
             "[1, 64] but got: [1, 6].",
             "attended_values = torch.matmul(value.clone(), attention_weights)"))
+_m("operand_transposed", "any", "an operand of the product is transposed",
+   "the line transposes a tensor that the formula uses as it is, so the product's inner "
+   "sizes no longer match; without that transpose the product fits and has the result's "
+   "shape",
+   "use that operand as the formula writes it, without the transpose (the formula "
+   "transposes only the keys, in the scores)",
+   kind="transposed",  # (found from the line's operand shapes: src/checks/shapes.py)
+   example=("RuntimeError: Expected size for first two dimensions of batch2 tensor to be: "
+            "[1, 6] but got: [1, 64].",
+            "attended_values = attention_weights @ value.transpose(-2, -1)"))
 _m("matmul_shapes", "any", "the shapes of a matrix product do not fit",
    "in A @ B the last axis of A must equal the second-to-last of B ({example})",
    "{example}",
@@ -689,14 +704,29 @@ _m("returned_none", "any", "a function returned None",
    "end your function with `return` and the result{example}, then run this cell again",
    examples={"softmax": " (for example return exps / sums)",
              "attention_weights": " (for example return exps / sums)", "any": ""},
+   causes={"softmax": "a def whose end is reached without `return` gives None: the "
+                      "function computed its result, then dropped it",
+           "any": "every input of this cell is there, yet an operation got None: a "
+                  "function you call returns None (a def without `return`), or a name "
+                  "was set to None"},
    kind="returned_none")
-_m("detached_output", "any", "the result does not come from this cell's inputs",
-   "the values are right, but autograd shows the tensor does not depend on an input the "
-   "task names (.detach(), torch.no_grad(), .data, .item() or float(), NumPy, rebuilt "
-   "from numbers, or recomputed from other tensors): no gradient could flow back through it",
+_m("detached_output", "any", "the result is cut off from the autograd graph",
+   "the values are right, but the tensor no longer depends on this cell's inputs "
+   "(.detach(), torch.no_grad(), .data, .item() or float(), NumPy, or rebuilt from "
+   "numbers): no gradient could flow back through it",
    "compute it from this cell's inputs with tensor operations alone: no torch.tensor(...), "
    "NumPy, .item(), .detach() or no_grad",
    kind="detached_output", cost=HALF, strict_only=True)
+_m("recomputed_output", "any", "the result is recomputed from other tensors",
+   "the values are right, but autograd shows the tensor does not depend on an input the "
+   "task names: it was computed again from earlier tensors (or a built-in that redoes "
+   "the earlier steps) instead of from this cell's inputs",
+   "compute it from the inputs this cell's task names{example}, not from tensors further "
+   "back",
+   examples={"attention_scores": " (query and key)",
+             "attention_weights": " (attention_scores, through your softmax)",
+             "attended_values": " (attention_weights and value)", "any": ""},
+   kind="recomputed", cost=HALF, strict_only=True)
 _m("backward_fails", "any", "autograd cannot go back through the result",
    "computing its gradient raised an error: an in-place operation (exp_(), /=, "
    "masked_fill_) overwrote a tensor autograd had saved for the backward pass, so a model "

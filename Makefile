@@ -1,5 +1,5 @@
 # The whole command surface of the course. A newcomer needs two targets:
-#   make lesson   set up .venv if needed and open lesson.ipynb in JupyterLab
+#   make lesson   set up .venv if needed and open lesson.ipynb in JupyterLab, in student/
 #   make test     set up .venv if needed and run the whole test suite
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -14,7 +14,8 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: help venv lesson test test-road test-cohort lint bench bench-grade data train test-train \
-	release reference grade feedback export clean hub hub-link test-hub
+	release reference grade feedback export clean hub hub-link test-hub \
+	formgrader student test-package
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -33,9 +34,22 @@ venv: $(STAMP)  ## create .venv and install requirements.txt
 # Validate without a kernel (attention_validate.py, switched on by jupyter_server_config.json).
 LAB_FLAGS := --config=$(CURDIR)/jupyter_server_config.json $(ROOT_FLAG)
 
-lesson: $(STAMP)  ## open lesson.ipynb in JupyterLab
-	@test -f lesson.ipynb || { echo "lesson.ipynb is missing: run 'git checkout lesson.ipynb'"; exit 1; }
-	PYTHONPATH=$(CURDIR) $(VENV)/bin/jupyter lab lesson.ipynb $(LAB_FLAGS)
+# A student's work folder: made from the student package the first time, never overwritten
+# afterwards, and never written by `make release` (the instructor's tree is the repository).
+WORK ?= student
+
+lesson: $(STAMP)  ## open lesson.ipynb in JupyterLab in your work folder student/ (made from the student package if absent, else opened as it is; WORK=dir)
+	$(PY) -m src.student_package --work $(WORK)
+	cd $(WORK) && PYTHONPATH=$(CURDIR) $(CURDIR)/$(VENV)/bin/jupyter lab lesson.ipynb $(LAB_FLAGS)
+
+formgrader: $(STAMP)  ## JupyterLab in the repository, the instructor's tree: Nbgrader > Formgrader reads nbgrader_config.py here
+	PYTHONPATH=$(CURDIR) $(VENV)/bin/jupyter lab $(LAB_FLAGS)
+
+student: $(STAMP)  ## the student package, what students are given: course/student/attention-course/ (OUT=dir)
+	$(PY) -m src.student_package $(if $(OUT),--out $(OUT),)
+
+test-package: $(STAMP)  ## the student package from an empty folder: a fresh venv, pip install -r requirements.txt, both notebooks run, jupyter lab started (~2 min)
+	$(PY) -m pytest -p no:xdist tests/package -m package
 
 test: $(STAMP)  ## lint, then run every test and both notebooks (offline)
 	$(PY) -m ruff check .

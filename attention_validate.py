@@ -41,7 +41,7 @@ REPLACES = "nbgrader.server_extensions.validate_assignment"
 #: Seconds a worker may take to answer one Validate: its first answer starts a replay
 #: server (torch, the set-up: a few seconds), the replay has its own budget inside.
 ANSWER_SECONDS = 120.0
-#: A worker (and its replay server: README, "Running a real class") stops after this many
+#: A worker (and its replay server: docs/instructor.md, "Past one machine") stops after this many
 #: seconds without a Validate; the next one starts it again (a cold Validate: a few
 #: seconds).
 IDLE_SECONDS = 600

@@ -1,5 +1,5 @@
-"""nbgrader configuration of the course; the Makefile targets use it (see README,
-"For instructors"). Paths are relative to this file, so any working directory works."""
+"""nbgrader configuration of the course; the Makefile targets use it (see
+docs/instructor.md). Paths are relative to this file, so any working directory works."""
 
 import sys
 from pathlib import Path
@@ -44,7 +44,8 @@ c.CourseDirectory.course_id = "attention-course"
 # 5 minutes) instead of failing with "database is locked".
 c.CourseDirectory.db_url = f"sqlite:///{course_dir() / 'gradebook.db'}?timeout=300"
 
-# Secure autograding without a kernel (README, "For instructors"): every road to `nbgrader
+# Secure autograding without a kernel (docs/internals.md, "Secure grading"): every road to
+# `nbgrader
 # autograde` (make grade, the plain command, the Formgrader's button) reads this file. A
 # submission with a symlink is refused; no kernel runs: each test cell's score is computed
 # here, in the instructor's process, from a replay of its step cell's own code in a

@@ -19,7 +19,7 @@ Each returns a :class:`CheckResult` (passed, score, max_score, message) that
 prints as plain text, renders as Markdown in Jupyter, and is truthy only
 when the step passed, so ``assert check_...(...)`` works in a test cell.
 
-How a step is judged (README, "How the checks judge"): the code last run in
+How a step is judged (docs/internals.md, "How the checks judge"): the code last run in
 the step cell itself is replayed (``src/replay.py``) on the release's set-up
 and the reference tensors of the steps before it, and what it computes is
 judged, on the one road every verdict takes (``src/road.py``): the check cell

@@ -8,8 +8,8 @@ replaced by a submission whose step cells are right in the kernel but loop forev
 replayed (so its notebook runs normally, and only the replay's budget stops it).
 
 Reported: the medians of the whole class's wall time and of the time at which the last
-honest student was done, and their ratio (target: at most 1.2, README "Grading
-performance"); and each looping step's score (0: it is stopped, not credited).
+honest student was done, and their ratio (target: at most 1.2, docs/internals.md
+"Grading performance"); and each looping step's score (0: it is stopped, not credited).
 """
 
 from __future__ import annotations

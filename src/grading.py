@@ -2,7 +2,7 @@
 
 ``nbgrader autograde`` normally executes a submission with the instructor's
 rights and takes each test cell's score from what the student's own kernel
-printed. Here (see README, "For instructors") no kernel runs at all:
+printed. Here (see docs/internals.md, "Secure grading") no kernel runs at all:
 
 1. :class:`RefuseUnsafeSubmission` (first sanitizing step) refuses a
    submission that holds a symlink or a special file anywhere.

@@ -2,8 +2,9 @@
 grading processes' and the submissions'.
 
 Defaults here; nbgrader_config.py states each one, and an instructor changes them there
-(c.TrustedScores, c.SubmittedOutputs, c.Grading, c.RefuseUnsafeSubmission: README,
-"Limits"). Standard library only: the replay server and the grader both read it.
+(c.TrustedScores, c.SubmittedOutputs, c.Grading, c.RefuseUnsafeSubmission:
+docs/internals.md, "Limits of grading"). Standard library only: the replay server and the
+grader both read it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Limits:
-    """The limits of grading; nbgrader_config.py sets them (see README)."""
+    """The limits of grading; nbgrader_config.py sets them (see docs/internals.md)."""
 
     memory_gb: float = 4.0  # address space of every process in the sandbox
     processes: int = 256  # tasks (threads count: torch starts ~20)

@@ -252,7 +252,8 @@ class Lesson:
     probes: Callable = tuple
     facts: dict = field(default_factory=dict)
     #: What this lesson decided counts as right where a careful reader could differ:
-    #: {id: the rule in words} (README lists them; a blind set's figures count them apart).
+    #: {id: the rule in words} (docs/internals.md lists them; a blind set's figures count them
+    #: apart).
     decisions: dict = field(default_factory=dict)
     #: The labels of its heatmaps' rows and columns (the sentence's tokens).
     labels: tuple = ()

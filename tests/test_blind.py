@@ -1,6 +1,6 @@
 """The blind sets (tests/blind/): every attempt judged as grading judges it.
 
-Their figures are in README ("The blind set", "The second", "The third"); this test keeps
+Their figures are in docs/internals.md ("The blind set", "The second", ...); this test keeps
 them: no cascade, every failing message's first line is at most 200 characters, and a
 verdict differs from its writer's label only where a decision of the lesson's spec says
 so (a wrong-labelled cell with full marks, or a right-labelled one charged).
@@ -12,26 +12,26 @@ import verify
 from tests.blind import evaluate
 
 #: Cells labelled wrong by a blind writer that the lesson decided are right, each with the
-#: decision of the lesson's spec it rests on (README, "Right in general, not on this
+#: decision of the lesson's spec it rests on (internals.md, "Right in general, not on this
 #: example only"); the figures count them apart.
 DECIDED = {"attempts.json": {},
            "attempts2.json": {("mix-022", "5"): "constant_sqrt_dk",
                               ("mix-023", "5"): "width_for_dk",
                               ("mix-052", "6"): "logsumexp_softmax"},
-           # measured as committed, before any tuning to it (README, "The third blind set")
+           # measured as committed, before any tuning to it (internals.md, "The third blind set")
            "attempts3.json": {("b3-067", "6"): "logsumexp_softmax",
                               ("b3-045", "5"): "from_its_inputs"},
-           # measured as committed, before any tuning to it (README, "The fourth blind set")
+           # measured as committed, before any tuning to it (internals.md, "The fourth blind set")
            "attempts4.json": {("b4-091", "6"): "logsumexp_softmax"},
-           # measured as committed, before any tuning to it (README, "The fifth blind set")
+           # measured as committed, before any tuning to it (internals.md, "The fifth blind set")
            "attempts5.json": {("b5-001", "6"): "softmax_float32"},
-           # measured as committed, before any tuning to it (README, "The sixth blind set")
+           # measured as committed, before any tuning to it (internals.md, "The sixth blind set")
            "attempts6.json": {},
-           # lesson 2's first (README, "Lesson 2"), measured as committed, before any tuning
+           # lesson 2's first (internals.md, "Lesson 2"), measured as committed, before any tuning
            "multihead1.json": {},
-           # measured as committed, before any tuning to it (README, "The seventh blind set")
+           # measured as committed, before any tuning to it (internals.md, "The seventh blind set")
            "attempts7.json": {},
-           # lesson 2's second (README, "Lesson 2"), measured as committed, before tuning
+           # lesson 2's second (internals.md, "Lesson 2"), measured as committed, before tuning
            "multihead2.json": {("m2-001", "6"): "judged_on_right_inputs",
                                ("m2-064", "4"): "from_its_inputs",
                                ("m2-074", "4"): "from_its_inputs"},
@@ -39,21 +39,21 @@ DECIDED = {"attempts.json": {},
            "multihead3.json": {(a, c): "from_its_inputs" for a, c in (
                ("m3-028", "4"), ("m3-028", "6"), ("m3-076", "4"), ("m3-076", "6"),
                ("m3-076", "7"))},
-           # measured as committed, before any tuning to it (README, "The eighth blind set")
+           # measured as committed, before any tuning to it (internals.md, "The eighth blind set")
            "attempts8.json": {("b8-091", "6"): "softmax_float32"},
-           # measured as committed, before any tuning to it (README, "The ninth blind set")
+           # measured as committed, before any tuning to it (internals.md, "The ninth blind set")
            "attempts9.json": {("b9-056", "6"): "logsumexp_softmax"},
            # lesson 2's fourth, measured as committed, before any tuning to it
            "multihead4.json": {},
-           # measured as committed, before any tuning to it (README, "The tenth blind set")
+           # measured as committed, before any tuning to it (internals.md, "Sets 10, 11 and 12")
            "attempts10.json": {},
            # lesson 2's fifth, measured as committed, before any tuning to it
            "multihead5.json": {},
-           # measured as committed, before any tuning to it (README, "The eleventh blind set")
+           # measured as committed, before any tuning to it (internals.md, "Sets 10, 11 and 12")
            "attempts11.json": {("b11-024", "6"): "logsumexp_softmax"},
            # lesson 2's sixth, measured as committed, before any tuning to it
            "multihead6.json": {},
-           # measured as committed, before any tuning to it (README, "The twelfth blind set")
+           # measured as committed, before any tuning to it (internals.md, "Sets 10, 11 and 12")
            "attempts12.json": {},
            # lesson 2's seventh, measured as committed, before any tuning to it
            "multihead7.json": {},
@@ -66,10 +66,10 @@ DECIDED = {"attempts.json": {},
            "attempts14.json": {("b14-025", "6"): "logsumexp_softmax"}}
 
 
-def test_every_decision_is_the_specs_and_readme_states_it():
-    from tests.notebook_utils import ROOT
+def test_every_decision_is_the_specs_and_the_docs_state_it():
+    from tests.docs import docs_text
 
-    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    readme = docs_text()
     from src import lessons
 
     for name, cells in DECIDED.items():  # (each set's decisions are its own lesson's)

@@ -88,10 +88,10 @@ def test_strict_differs_from_visible_only_by_the_strict_only_items(records):
     assert seen_pending >= 3  # the corpus has strict-only mistakes
 
 
-def test_the_readme_tells_the_corpus_and_the_catalogue_as_they_are(records):
-    from tests.notebook_utils import ROOT
+def test_the_docs_tell_the_corpus_and_the_catalogue_as_they_are(records):
+    from tests.docs import docs_text
 
-    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    text = docs_text()
     recs = [r for r in records.values() if not r.attempt.same_idea_as]
     wrong = [r for r in recs if not r.attempt.correct]
     n = len(verify.MISTAKES)

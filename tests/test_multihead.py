@@ -279,8 +279,10 @@ def test_no_message_or_first_hint_tier_of_lesson_2_earns_a_step_when_pasted():
     assert earned == []
 
 
-def test_readme_states_each_of_lesson_2s_decisions():
-    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+def test_the_docs_state_each_of_lesson_2s_decisions():
+    from tests.docs import docs_text
+
+    readme = docs_text()
     for text in SPEC.decisions.values():
         assert text in readme, text
 

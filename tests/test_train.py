@@ -220,8 +220,10 @@ def test_the_lessons_closing_cell_prints_the_measured_text():
     assert ".view(" not in code and "masked_fill" not in code and "transpose" not in code
 
 
-def test_readme_states_the_shipped_heads_and_the_tolerance():
-    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+def test_the_docs_state_the_shipped_heads_and_the_tolerance():
+    from tests.docs import docs_text
+
+    readme = docs_text()
     for head, shares in T.STATED.items():
         for measure, (a, b) in shares.items():
             assert f"{measure} {a:.2f} / {b:.2f}" in readme, (head, measure)

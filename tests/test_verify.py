@@ -419,8 +419,10 @@ def test_the_softmax_allow_list_names_the_nodes_torch_records():
         made = _nodes(fn)
         assert node in made and made <= lesson.SOFTMAX_ALLOWED, (node, made)
     assert set(ALLOWED_NODE_CODE) | {"AccumulateGrad"} == lesson.SOFTMAX_ALLOWED
-    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
-    assert "; ".join(lesson.SOFTMAX_OPS) in readme  # README states the list as it is
+    from tests.docs import docs_text
+
+    # docs/internals.md states the list as it is
+    assert "; ".join(lesson.SOFTMAX_OPS) in docs_text()
 
 
 RIGHT_SOFTMAXES = {

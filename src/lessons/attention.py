@@ -47,7 +47,7 @@ LOW_TOL = {"float16": dict(rtol=1e-2, atol=1e-3), "bfloat16": dict(rtol=5e-2, at
 #: here). Any other node between a softmax's output and its input costs the softmax's point:
 #: a built-in that holds a softmax (F.scaled_dot_product_attention, nn.MultiheadAttention,
 #: sigmoid, logcumsumexp, ...) is not one the student wrote. The one place for this list:
-#: the judge, the kernel side and README's rule read it.
+#: the judge, the kernel side and docs/internals.md's rule read it.
 SOFTMAX_OPS: dict[str, tuple[str, ...]] = {
     "exp (or e ** x)": ("ExpBackward0", "PowBackward1", "PowBackward2"),
     "max, amax, maximum": ("AmaxBackward0", "MaxBackward0", "MaxBackward1", "MaximumBackward0"),

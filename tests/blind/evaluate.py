@@ -12,7 +12,7 @@ label:
 
 ``python -m tests.blind.evaluate`` prints the figure and, with ``--messages``,
 one line per wrong cell: its label, and the first line the student reads.
-Whether a message names the mistake is a reader's judgement: see README.
+Whether a message names the mistake is a reader's judgement: see docs/internals.md.
 """
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ def test_autograde_button_regrades_through_the_sandbox_and_trusted_scoring(
     result = response.value.json()
     assert result["success"], result.get("error")
     # Her forged np.allclose no longer changes what her own checks show either: they
-    # replay her step cells as grading does (README, "How the checks judge").
+    # replay her step cells as grading does (docs/internals.md, "How the checks judge").
     assert "Traceback" not in result["log"]
     assert report.stat().st_mtime_ns > before  # graded again, by the trusted step
     assert json.loads(report.read_text())["cells"][1]["verified"] == 0.0

@@ -3,9 +3,9 @@
 `python -m hub.classroom up` runs as a subprocess (as `make hub` runs it) with a class
 list of two students, a private base directory, users with a prefix of their own (removed
 again at the end) and no release: the instructor releases in the Formgrader. It listens
-over TLS (a self-signed certificate made with openssl, README's command) on this machine's
-non-loopback address (127.0.0.1 only if it has none). At the end the launcher gets SIGINT,
-as from Ctrl-C, and nothing of the class may be left running.
+over TLS (a self-signed certificate made with openssl, docs/instructor.md's command) on this
+machine's non-loopback address (127.0.0.1 only if it has none). At the end the launcher gets
+SIGINT, as from Ctrl-C, and nothing of the class may be left running.
 
 These tests need root (users, LocalProcessSpawner), bwrap, Node with hub/node_modules and
 Debian's Chromium; without one of them they are skipped with the reason. They never run
@@ -43,7 +43,8 @@ TEST_LAB_SETTINGS = {"notebook-extension/tracker": {"windowingMode": "none"}}
 CLASS_LIST = ('id,name,email\n'
               f'{PREFIX}ada,Ada Lovelace,ada@example.org\n'
               f'{PREFIX}bo,"Li, Bo",bo.li@example.org\n')
-#: README's command for a self-signed certificate (only for trying TLS out), {ip} filled in.
+#: docs/instructor.md's command for a self-signed certificate (only for trying TLS out), {ip}
+#: filled in.
 OPENSSL = ("openssl req -x509 -newkey rsa:2048 -nodes -days 30 -keyout {key} -out {cert} "
            "-subj /CN=attention-hub -addext subjectAltName=IP:{ip},IP:127.0.0.1")
 

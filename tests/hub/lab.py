@@ -126,6 +126,7 @@ FIGURES = {}
 
 
 def record(shots, **figures):
-    """Measured figures for README ("Running a real class"): screenshots/hub-figures.json."""
+    """Measured figures for docs/instructor.md ("Past one machine"):
+    screenshots/hub-figures.json."""
     FIGURES.update(figures)
     (shots / "hub-figures.json").write_text(json.dumps(FIGURES, indent=1))

@@ -122,7 +122,7 @@ def test_the_culler_and_the_servers_match(tmp_path):
     single = values()["singleuser"]
     assert single["defaultUrl"] == c.Spawner.default_url == "/lab"
     assert single["cmd"] == Path(c.Spawner.cmd[0]).name == "jupyterhub-singleuser"
-    # The resources README derives from the figures measured by make test-hub.
+    # The resources docs/instructor.md derives from the figures measured by make test-hub.
     assert (single["memory"]["guarantee"], single["memory"]["limit"]) == ("1G", "2G")
     hook = values()["hub"]["extraConfig"]["attention.py"]
     assert f'INSTRUCTOR = "{room.instructor}"' in hook

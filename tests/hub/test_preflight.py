@@ -192,7 +192,7 @@ def test_make_hub_passes_the_class_list_and_tls_settings(tmp_path):
     bad = tmp_path / "students.csv"
     bad.write_text("id,name\nattpre-ada,Ada\n")
     base, home = tmp_path / "base", tmp_path / "home"
-    # README's command, for real: it stops at the class list, before anything is made.
+    # docs/instructor.md's command, for real: it stops at the class list, before anything is made.
     status, out = make("hub", f"CLASS_LIST={bad}", "HUB_IP=0.0.0.0", f"HUB_DIR={base}",
                        f"HUB_HOME={home}", "HUB_PREFIX=attpre-")
     assert status != 0 and f"the class list {bad} lacks the column(s) email" in out, out

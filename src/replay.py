@@ -354,13 +354,25 @@ class _Captured:
 _OUT_OF_PLACE = {"masked_fill", "add", "sub", "mul", "div", "clamp", "exp", "log", "abs",
                  "transpose", "permute", "reshape", "view", "softmax", "float", "double",
                  "contiguous", "squeeze", "unsqueeze", "tril", "triu",
-                 "nan_to_num", "where"}
+                 "nan_to_num", "where", "matmul", "bmm", "mm", "einsum", "stack", "cat",
+                 "sqrt", "sum", "mean", "amax"}
 
 
-def _discarded(source: str, functions=()) -> list[str]:
+def _drops(call, outputs) -> bool:
+    """Whether ``call`` (a line of its own) makes a new value: an out-of-place method or
+    function, with no ``out=`` or with ``out=`` one of the step's own names, which hold
+    None when the cell starts (``torch.matmul(a, b, out=attended_values)``)."""
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr in _OUT_OF_PLACE):
+        return False
+    out = [k.value for k in call.keywords if k.arg == "out"]
+    return not out or (isinstance(out[0], ast.Name) and out[0].id in outputs)
+
+
+def _discarded(source: str, functions=(), outputs=()) -> list[str]:
     """Lines of a cell that compute a value and keep nothing of it (``scores / 8`` on a
     line of its own, or a call of ``functions`` or of one the cell defines, such as
-    ``softmax(attention_scores)``): said beside a wrong result, which they often explain."""
+    ``softmax(attention_scores)``; ``out=`` one of the step's ``outputs``, which hold
+    None): said beside a wrong result, which they often explain."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -368,8 +380,7 @@ def _discarded(source: str, functions=()) -> list[str]:
     functions = set(functions) | {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     found = [ast.unparse(n.value) for n in tree.body
              if isinstance(n, ast.Expr) and (isinstance(n.value, (ast.BinOp, ast.UnaryOp)) or (
-                 isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Attribute)
-                 and n.value.func.attr in _OUT_OF_PLACE) or (
+                 isinstance(n.value, ast.Call) and _drops(n.value, outputs)) or (
                  isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name)
                  and n.value.func.id in functions))]
     return [f if len(f) <= 80 else f[:79] + "…" for f in found[:2]]
@@ -507,7 +518,8 @@ def _facts(lesson, cap, step, ns, inputs, watched, before, source, raised="") ->
         if aliased:
             out["replay.aliased"] = np.array(aliased, dtype=str)
         discarded = _discarded(source, [n for n in lesson.official
-                                        if callable(ns.get(n)) and not isinstance(ns[n], type)])
+                                        if callable(ns.get(n)) and not isinstance(ns[n], type)],
+                               lesson.by_cell[step].names)
         if discarded:
             out["replay.discarded"] = np.array(discarded, dtype=str)
         names = lesson.by_cell[step].names

@@ -337,6 +337,14 @@ def inject(mistake_id, step, data):
     elif m.kind == "detached":
         data.pop(f"{prefix}.made_by", None)
         _info(data, prefix, requires_grad="", grad_fn="")
+    elif m.kind == "copied":  # in a graph of other parameters: no layer's gradient
+        data["cell.replayed"] = np.array(True)
+        _info(data, prefix, requires_grad="True", grad_fn="AddBackward0")
+        for layer in ("q_proj", "k_proj", "v_proj"):
+            for part, shape in (("weight", (64, 64)), ("bias", (64,))):
+                data[f"replay.grad.{name}.{layer}.{part}"] = np.zeros(shape)
+    elif m.kind == "extra_axis":
+        _set_values(data, prefix, values[None])
     elif m.kind == "lost_batch":
         _set_values(data, prefix, values[0])
     elif m.kind == "dtype":

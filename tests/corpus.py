@@ -601,6 +601,23 @@ attended_values = torch.stack(rows).unsqueeze(0)""")
 attempt("the weights recomputed from query and key (blind set 7)",
         expect={"attention_weights": "recomputed_output"},
         apply="attention_weights = softmax(query @ key.transpose(-2, -1) / math.sqrt(d_k))")
+attempt("an axis added to right weights (blind set 14)",
+        expect={"attention_weights": "extra_axis"},
+        apply="attention_weights = softmax(attention_scores).unsqueeze(0)")
+attempt("deep copies of the layers (blind set 14)",
+        expect={"projections": "copied_layer"},
+        cell4="import copy\n"
+              "q_layer, k_layer, v_layer = (copy.deepcopy(layer) for layer in "
+              "(q_proj, k_proj, v_proj))\n"
+              "query, key, value = q_layer(x), k_layer(x), v_layer(x)")
+attempt("a fused projection split feature by feature (blind set 14)",
+        expect={"projections": "layers_mixed"},
+        cell4="w_qkv = torch.cat([q_proj.weight, k_proj.weight, v_proj.weight])\n"
+              "b_qkv = torch.cat([q_proj.bias, k_proj.bias, v_proj.bias])\n"
+              "query, key, value = (x @ w_qkv.T + b_qkv).view(1, 6, 64, 3).unbind(-1)")
+attempt("matmul with out= a name that holds None (blind set 14)",
+        expect={"attended_values": "result_not_assigned"},
+        cell7="torch.matmul(attention_weights, value, out=attended_values)")
 attempt("only the keys scaled, by the fourth root of d_k (blind set 13)",
         expect={"attention_scores": "constant_factor"},
         cell5="attention_scores = query @ (key / d_k ** 0.25).transpose(-2, -1)")

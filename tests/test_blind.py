@@ -57,11 +57,11 @@ DECIDED = {"attempts.json": {},
            "attempts12.json": {},
            # lesson 2's seventh, measured as committed, before any tuning to it
            "multihead7.json": {},
-           # measured as committed, before any tuning to it (README, "The thirteenth blind
+           # measured as committed, before any tuning to it (internals.md, "The thirteenth blind
            # set"); b13-012's writer marked its label ambiguous, and the notebook now says it
            "attempts13.json": {("b13-012", "6"): "own_softmax_for_weights",
                                ("b13-017", "6"): "logsumexp_softmax"},
-           # measured as committed, before any tuning to it (README, "The fourteenth blind
+           # measured as committed, before any tuning to it (internals.md, "The fourteenth blind
            # set")
            "attempts14.json": {("b14-025", "6"): "logsumexp_softmax"}}
 

@@ -129,6 +129,8 @@ BEHAVIOUR_CODE = {
                                "key = x @ k_proj.weight.T + q_proj.bias\nvalue = v_proj(x)"},
     "projection_of_projection": {"cell4_projections": "query = q_proj(x)\nkey = k_proj(query)"
                                  "\nvalue = v_proj(x)"},
+    "layers_mixed": {"cell4_projections": "qkv = torch.cat([q_proj(x), k_proj(x), v_proj(x)], "
+                     "-1)\nquery, key, value = qkv.view(1, 6, 64, 3).unbind(-1)"},
     "layer_input_not_x": {"cell4_projections": "query = q_proj(x - x.mean(-1, keepdim=True))"
                           "\nkey = k_proj(x)\nvalue = v_proj(x)"},
     "after_the_layer": {"cell4_projections": "query = torch.tanh(q_proj(x))\n"

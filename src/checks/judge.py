@@ -1165,6 +1165,16 @@ def _judge_output(lesson, check, name, view, contexts, strict, inputs, cell):
     if found:
         f.mistake, f.seen = found
         return f
+    extra = arr.reshape([n for i, n in enumerate(arr.shape) if n != 1 or i >= arr.ndim - 2]
+                        ) if arr.ndim > expected.ndim else None
+    if extra is not None and "extra_axis" in lesson.mistakes and (
+            extra.shape == expected.shape and _close(extra, expected) or (
+            extra.shape == expected.shape[1:] and _close(extra, expected[0]))):
+        f.mistake = "extra_axis"
+        f.seen = (f"`{name}` has shape {list(arr.shape)} but should be "
+                  f"{list(expected.shape)} {lesson.axes.get(name, '')}; its numbers are the "
+                  "right ones.")
+        return f
     if arr.shape != expected.shape:
         f.message = (f"`{name}` has shape {list(arr.shape)}, not {list(expected.shape)} "
                      f"{lesson.axes.get(name, '')}. Next step: check the order of the operands "

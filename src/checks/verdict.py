@@ -287,7 +287,8 @@ def _result(lesson, check, findings, ok_message, notes, cell, seen):
             "its points only when its cell runs to the end."))]
     if failures:
         main = failures[0][1]
-        if cell.discarded and check.kind != "function":
+        if cell.discarded and check.kind != "function" and not any(
+                d in main.seen for d in cell.discarded):  # (said once)
             lines = " and ".join(f"`{d}`" for d in cell.discarded)
             main.seen = (f"your Cell {cell.number} computes {lines} on a line of its own and "
                          f"assigns the result to nothing, so that line changes nothing. "

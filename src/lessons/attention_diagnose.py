@@ -155,9 +155,14 @@ def layer_use(lesson, name, arr, view):
         parts = sorted(k for k in used if not k.startswith(mine + "."))
         if any(k.startswith(mine + ".") for k in used):  # its own layer, and another's
             if {k.split(".")[1] for k in parts} == {"weight", "bias"}:
-                return "projection_of_projection", (
+                if _layer_of_layer(lesson, name, arr, others):
+                    return "projection_of_projection", (
+                        f"`{name}` depends on all of {_listing(others)}'s parameters as well "
+                        f"as {mine}'s: {mine} was applied to another layer's output.")
+                return "layers_mixed", (
                     f"`{name}` depends on all of {_listing(others)}'s parameters as well as "
-                    f"{mine}'s: {mine} was applied to another layer's output.")
+                    f"{mine}'s, but it is not {mine} applied to another layer's output: its "
+                    "numbers mix several layers' outputs.")
             return "mixed_layer_parameters", (
                 f"`{name}` uses {_listing(parts)} beside {mine}'s own parameters.")
         return "wrong_inputs", (f"`{name}` depends on {_listing(others)}'s parameters: it was "
@@ -184,6 +189,21 @@ def layer_use(lesson, name, arr, view):
 
 
 
+def _layer_of_layer(lesson, name, arr, others) -> bool:
+    """Whether ``arr`` is ``name``'s layer applied to one of ``others``' outputs (of x), or
+    one of them applied to its layer's output, on the lesson's shipped weights."""
+    s = lesson.facts["shipped"]()
+    x = s["x"].astype(np.float64)
+
+    def layer(n, t):
+        return t @ s[f"w_{n[0]}"].astype(np.float64).T + s[f"b_{n[0]}"].astype(np.float64)
+
+    mine = f"{name[0]}_proj"
+    return any(_close(arr, out, dict(rtol=1e-3, atol=1e-4)) for other in others
+               for out in (layer(mine, layer(other, x)), layer(other, layer(mine, x)))
+               if out.shape == arr.shape)
+
+
 def provenance(lesson, r, name, view):
     """[("detached_projection", what we saw)] when ``name`` has the right values but does
     not come from its layer as the formula does: its gradients with respect to the
@@ -194,6 +214,11 @@ def provenance(lesson, r, name, view):
     layer = f"{name[0]}_proj"
     if view.grads:
         wrong = _provenance(lesson, name, view.grads)
+        if wrong and view.requires_grad and not any(np.any(g) for g in view.grads.values()) \
+                and "copied_layer" in lesson.mistakes:  # (in a graph, but of no layer's)
+            return [("copied_layer", f"`{name}` has the right values and an autograd graph, "
+                     f"but no gradient reaches {layer}'s parameters (or any layer's): it was "
+                     "made by other parameters with the same numbers.")]
         return [("detached_projection", f"`{name}` has the right values but its gradient "
                  f"with respect to {wrong} is not the one {layer}(x) has: it does not come "
                  "from that layer as the formula does.")] if wrong else []

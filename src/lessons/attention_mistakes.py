@@ -149,6 +149,12 @@ _m("projection_scaled", "projections", "the projection was scaled by 1/√d_k",
    "not to the projections",
    "leave the layer's output unscaled; Cell 5 divides the scores by √d_k",
    factor=1 / math.sqrt(D_K))
+_m("copied_layer", "projections", "a copy of the layer, not the layer itself",
+   "the values are right, but they come from other parameters with the same numbers (a "
+   "deep copy of the layer, or tensors made from its weights), so training the lesson's "
+   "layers could never change them",
+   "call q_proj, k_proj and v_proj themselves, not copies of them",
+   kind="copied", cost=HALF, strict_only=True)
 _m("detached_projection", "projections", "a projection detached from its layer",
    "the values are right, but the tensor does not come from the layer's parameters in "
    "the autograd graph (.detach(), torch.no_grad(), .data, or rebuilt from numbers), "
@@ -479,6 +485,11 @@ _m("runs_course_code", "any", "the cell runs the course's own code for its resul
    "other than the helpers the set-up gives you: the result is not your code's",
    "compute it in this cell with tensor operations; the course's code is only for checking",
    kind="course_code")
+_m("extra_axis", "any", "an axis of size 1 too many",
+   "the numbers are right, but the result has an extra axis of size 1 (an unsqueeze, a "
+   "None index or a view that adds one, perhaps to make up for an earlier cell)",
+   "drop the operation that adds the axis: give the result the shape the task states",
+   kind="extra_axis")
 _m("lost_batch_dimension", "any", "the batch dimension was lost",
    "the values are right but the leading batch axis of size 1 is gone "
    "(a .squeeze(), [0] or 2-D operation)",
@@ -699,11 +710,11 @@ _m("result_not_assigned", "any", "the result was computed but never assigned",
    "assign the result of that line to the name the task gives",
    kind="discarded")
 _m("returned_none", "any", "a function returned None",
-   "every input of this cell is there, yet an operation got None: a function you call "
-   "returns None (a def without `return`), or a name was set to None",
+   "{example}",
    "end your function with `return` and the result{example}, then run this cell again",
-   examples={"softmax": " (for example return exps / sums)",
-             "attention_weights": " (for example return exps / sums)", "any": ""},
+   examples={"softmax": " (the weights it computed, divided by their sums)",
+             "attention_weights": " (the weights it computed, divided by their sums)",
+             "any": ""},
    causes={"softmax": "a def whose end is reached without `return` gives None: the "
                       "function computed its result, then dropped it",
            "any": "every input of this cell is there, yet an operation got None: a "
@@ -874,6 +885,13 @@ _m("projection_of_projection", "projections", "a layer applied to another projec
    "the tensor goes through two layers: its layer was applied to another projection (for "
    "example to the query) instead of to the embeddings x",
    "apply each of the three layers to the embeddings x themselves", kind="behaviour")
+_m("layers_mixed", "projections", "several layers' outputs mixed in one tensor",
+   "the tensor depends on the weights and biases of other layers beside its own, yet it is "
+   "not one layer applied to another's output: a fused result split the wrong way (every "
+   "third feature instead of blocks), or outputs added or stacked together",
+   "make each tensor from its own layer's output alone (a fused result splits into "
+   "consecutive blocks, one per layer)",
+   kind="behaviour")
 _m("layer_input_not_x", "projections", "the layer was applied to a changed x",
    "the gradient with respect to the layer's weight shows its input was not x itself (x "
    "normalised, with positions added, or otherwise changed first)",

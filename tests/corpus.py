@@ -604,6 +604,16 @@ attempt("the weights recomputed from query and key (blind set 7)",
 attempt("an axis added to right weights (blind set 14)",
         expect={"attention_weights": "extra_axis"},
         apply="attention_weights = softmax(attention_scores).unsqueeze(0)")
+attempt("rows stacked along the features, then reshaped (blind set 14)",
+        expect={"attended_values": "numbers_rearranged"},
+        cell7="rows = [attention_weights[0, i] @ value[0] for i in range(6)]\n"
+              "attended_values = torch.stack(rows, dim=1).reshape(1, 6, 64)")
+attempt("TensorFlow's transpose_b (blind set 14)",
+        expect={"attention_scores": "unexpected_keyword"},
+        cell5="attention_scores = torch.matmul(query, key, transpose_b=True) / math.sqrt(d_k)")
+attempt(".t() on the batched keys (blind set 14)",
+        expect={"attention_scores": "dot_t_on_3d"},
+        cell5="attention_scores = torch.mm(query, key.t()) / math.sqrt(d_k)")
 attempt("deep copies of the layers (blind set 14)",
         expect={"projections": "copied_layer"},
         cell4="import copy\n"

@@ -129,6 +129,9 @@ BEHAVIOUR_CODE = {
                                "key = x @ k_proj.weight.T + q_proj.bias\nvalue = v_proj(x)"},
     "projection_of_projection": {"cell4_projections": "query = q_proj(x)\nkey = k_proj(query)"
                                  "\nvalue = v_proj(x)"},
+    "numbers_rearranged": {"cell7_values": "rows = [attention_weights[0, i] @ value[0] "
+                           "for i in range(6)]\nattended_values = torch.stack(rows, dim=1)"
+                           ".reshape(1, 6, 64)"},
     "layers_mixed": {"cell4_projections": "qkv = torch.cat([q_proj(x), k_proj(x), v_proj(x)], "
                      "-1)\nquery, key, value = qkv.view(1, 6, 64, 3).unbind(-1)"},
     "layer_input_not_x": {"cell4_projections": "query = q_proj(x - x.mean(-1, keepdim=True))"

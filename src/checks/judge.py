@@ -800,6 +800,12 @@ def _behaviour(lesson, check, name, arr, ctx, view):
              or _rearranged(lesson, check, name, arr, ctx)) if check.reference else None
     if found:
         return found
+    if "numbers_rearranged" in lesson.mistakes and arr.shape == expected.shape and \
+            arr.size > 1 and _close(np.sort(arr, axis=None), np.sort(expected, axis=None)):
+        moved = int((~np.isclose(arr, expected, rtol=1e-4, atol=1e-5)).sum())
+        return "numbers_rearranged", (f"`{name}` holds exactly the formula's numbers, but "
+                                      f"{moved} of its {arr.size} entries are in other "
+                                      "places.")
     arr, expected = _unmasked(arr, expected)
     same = arr.shape == expected.shape
     if same and np.isfinite(arr).all() and np.isfinite(expected).all():

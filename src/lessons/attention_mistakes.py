@@ -490,6 +490,12 @@ _m("extra_axis", "any", "an axis of size 1 too many",
    "None index or a view that adds one, perhaps to make up for an earlier cell)",
    "drop the operation that adds the axis: give the result the shape the task states",
    kind="extra_axis")
+_m("numbers_rearranged", "any", "the right numbers in the wrong places",
+   "the result holds exactly the formula's numbers, but in other places: a stack, cat, "
+   "view or reshape put them in another order",
+   "look at the axis you stack or join along and at each view or reshape: move axes with "
+   "transpose or permute, never with view or reshape",
+   kind="behaviour")
 _m("lost_batch_dimension", "any", "the batch dimension was lost",
    "the values are right but the leading batch axis of size 1 is gone "
    "(a .squeeze(), [0] or 2-D operation)",
@@ -664,6 +670,25 @@ _m("max_returns_tuple", "any", "torch.max(dim=...) returns values and indices",
    error=r"return_types\.max|return_types",
    example=("TypeError: unsupported operand type(s) for -: 'Tensor' and "
             "'torch.return_types.max'", "exps = torch.exp(x - x_max)"))
+_m("dot_t_on_3d", "any", ".t() on a tensor of more than two axes",
+   "`.t()` (like torch.mm) takes 2-D matrices only; the lesson's tensors carry a batch axis "
+   "in front, so it raises on them",
+   "{example}",
+   examples={"attention_scores": "swap only the last two axes: key.transpose(-2, -1) (or "
+                                 "key.mT), and multiply batches with @ or torch.matmul",
+             "any": "swap only the last two axes: t.transpose(-2, -1) (or t.mT) for a tensor "
+                    "t, and multiply batches with @ or torch.matmul"},
+   error=r"t\(\) expects a tensor with <= 2 dimensions",
+   example=("RuntimeError: t() expects a tensor with <= 2 dimensions, but self is 3D",
+            "attention_scores = torch.mm(query, key.t()) / math.sqrt(d_k)"))
+_m("unexpected_keyword", "any", "an argument torch does not take",
+   "the call passes a keyword argument that this torch function does not have: "
+   "`transpose_b`, `axis` or `keepdims` are other libraries' names",
+   "pass only the arguments the torch function takes (help() on it lists them); where an "
+   "operand must be transposed, transpose it yourself",
+   error=r"got an unexpected keyword argument '(?!dim')",
+   example=("TypeError: matmul() got an unexpected keyword argument 'transpose_b'",
+            "attention_scores = torch.matmul(query, key, transpose_b=True) / math.sqrt(d_k)"))
 _m("dim_not_accepted", "any", "the function does not take dim",
    "a function was called with dim=... but has no dim parameter (or names it "
    "differently)",

@@ -154,7 +154,9 @@ def requirements(distributions) -> str:
     if missing or "torch" not in names:
         raise PackageError(f"requirements.txt does not pin {missing or ['torch']}")
     lines = ["# What the lessons need, pinned as the course's own requirements.txt.",
-             "# torch is the CPU build, pinned: an unpinned torch downloads GBs of CUDA."]
+             "# torch is pinned. On Linux, PyPI's torch brings CUDA libraries (GBs); for the",
+             "# CPU build, install with: pip install -r requirements.txt "
+             "--extra-index-url https://download.pytorch.org/whl/cpu"]
     return "\n".join(lines + [f"{n}=={course[n]}" for n in names]) + "\n"
 
 
@@ -177,7 +179,9 @@ python3.11 -m venv .venv
 .venv/bin/jupyter lab                       # then open lesson.ipynb
 ```
 
-Everything runs offline and gives the same numbers on every machine.
+On Linux, PyPI's torch comes with CUDA libraries (several GB); for the CPU build,
+add `--extra-index-url https://download.pytorch.org/whl/cpu` to the pip line. Once
+installed, everything runs offline and gives the same numbers on every machine.
 
 ## How you work
 

@@ -354,6 +354,22 @@ attempt("the max's index subtracted (blind set 10)", expect={"softmax": "shift_b
     e = torch.exp(x - m)
     s = e.sum(dim=dim, keepdim=True)
     return e / torch.where(s == 0, torch.ones_like(s), s)""")
+attempt("an epsilon added to every exp (blind set 15)", expect={"softmax": "epsilon_in_exps"},
+        softmax=SM + """\
+    m = x.amax(dim=dim, keepdim=True)
+    m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    e = torch.exp(x - m) + 1e-6
+    return e / e.sum(dim=dim, keepdim=True)""")
+attempt("value detached under its own name (blind set 15)",
+        expect={"attended_values": "rebinds_input"},
+        cell7="value = value.detach()\nattended_values = attention_weights @ value")
+attempt("the max of x with -inf made 0 (blind set 15)", expect={"softmax": "max_of_replaced_inf"},
+        softmax=SM + """\
+    finite = torch.where(torch.isinf(x), torch.zeros_like(x), x)
+    m = finite.amax(dim=dim, keepdim=True)
+    e = torch.exp(x - m)
+    s = e.sum(dim=dim, keepdim=True)
+    return e / torch.where(s == 0, torch.ones_like(s), s)""")
 attempt("no max-subtraction", expect={"softmax": "no_max_subtraction"}, softmax=SM + """\
     exps = torch.exp(x)
     return exps / exps.sum(dim=dim, keepdim=True)""")

@@ -63,7 +63,12 @@ DECIDED = {"attempts.json": {},
                                ("b13-017", "6"): "logsumexp_softmax"},
            # measured as committed, before any tuning to it (internals.md, "The fourteenth blind
            # set")
-           "attempts14.json": {("b14-025", "6"): "logsumexp_softmax"}}
+           "attempts14.json": {("b14-025", "6"): "logsumexp_softmax"},
+           # measured as committed, before any tuning to it (internals.md, "Set 15"):
+           # b15-052 was a false positive (no probe had masked keys beside very negative
+           # logits; the masked probe now has such a row)
+           "attempts15.json": {("b15-063", "6"): "logsumexp_softmax",
+                               ("b15-072", "4"): "rebinding_costs_half"}}
 
 
 def test_every_decision_is_the_specs_and_the_docs_state_it():
@@ -99,6 +104,7 @@ def judged_as_labelled(name):
     assert rows
     differ = {(r["id"], r["cell"]) for r in rows if r["verdict"] != "ok"}
     assert differ == set(DECIDED[name])  # (a decision of the lesson, in either direction)
-    assert not [r for r in rows if r["verdict"] == "cascade"]
+    assert not [r for r in rows if r["verdict"] == "cascade"  # (a decided charge is none)
+                and (r["id"], r["cell"]) not in DECIDED[name]]
     wrong = [r for r in rows if not r["label"]["correct"]]
     assert max(len(r["first"]) for r in wrong) <= verify.FIRST_LINE_CHARS

@@ -1233,6 +1233,8 @@ def _right(lesson, check, f, name, view, arr, exact, lost, tol, inputs, strict, 
             f.costs.append(("left_torch", f"`{name}` has the right values, but dtype "
                             f"{view.dtype} (this cell's inputs were {want}) and no autograd "
                             "graph: it was rebuilt from numbers computed outside torch."))
+        elif wrong and any(f"`{n}`" in wrong for n in cell.rebound):
+            pass  # (an input assigned anew in the cell: that is charged, and explains this)
         elif wrong:
             # (still in the graph, yet not through an input: recomputed from others)
             kind = ("recomputed_output" if view.requires_grad and

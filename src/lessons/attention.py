@@ -215,8 +215,11 @@ def probes() -> tuple:
               "x = [[100, 99, 98, 97], [-100, -101, -99, -102]], dim=-1"),
         probe("large logits (±1e4)", [[1e4, 0, -1e4], [1e4, 1e4, 1e4]], -1,
               "x = [[1e4, 0, -1e4], [1e4, 1e4, 1e4]], dim=-1"),
-        probe("-inf entries (masked keys)", [[0, -inf, math.log(3)], [-inf, 1, 1]], -1,
-              "x = [[0, -inf, log(3)], [-inf, 1, 1]], dim=-1"),
+        # (the third row: masked keys beside very negative logits, whose maximum is far
+        # below 0: a shift that is not the row's own maximum underflows there)
+        probe("-inf entries (masked keys)",
+              [[0, -inf, math.log(3)], [-inf, 1, 1], [-inf, -200, -199]], -1,
+              "x = [[0, -inf, log(3)], [-inf, 1, 1], [-inf, -200, -199]], dim=-1"),
         probe("a row that is entirely -inf (every key masked)",
               [[-inf, -inf, -inf, -inf], [1, 2, 3, 4]], -1,
               "x = [[-inf, -inf, -inf, -inf], [1, 2, 3, 4]], dim=-1"),
@@ -372,6 +375,11 @@ LESSON = Lesson(
         "softmax_float32": "a softmax that computes in float32 (x.float() first) is right: "
                            "the lesson's tensors are float32, and the softmax's docstring "
                            "asks for x's shape, not its dtype",
+        "rebinding_costs_half": "a step cell that assigns a set-up name or an earlier "
+                                "cell's name anew (x = x.squeeze(0)) costs half its "
+                                "points, even where its own results are right: the cells "
+                                "after it see another tensor (the notebook's opening says "
+                                "so)",
         "own_softmax_for_weights": "attention_weights made by a built-in softmax beside a "
                                    "right function of your own cost half the weights' "
                                    "points: the task is to call your softmax (Cell 6's "

@@ -264,7 +264,7 @@ def _fn_outputs(lesson, mistake_id, probe_index):
 
 #: Softmax mistakes about the all -inf row; the others are compared without that row,
 #: so that they are recognised whether or not the student's softmax guards it.
-MASK_MISTAKES = ("fully_masked_row", "finite_mask_value")
+MASK_MISTAKES = ("fully_masked_row", "finite_mask_value", "epsilon_in_exps")
 
 
 @lru_cache(maxsize=None)
@@ -295,6 +295,10 @@ def _probe_matches(lesson, i, out):
         close = np.abs(a - table) <= 1e-5 + 1e-3 * np.abs(table)
         same = (a == table) | (np.isnan(a) & np.isnan(table))
         ok = np.where(np.isfinite(table), close, same) & usable.reshape((-1,) + (1,) * out.ndim)
+        # exp(-inf) is exactly 0: a variant with exact zeros at -inf inputs is not one
+        # whose weight there is small but not 0 (an epsilon added to every exp)
+        masked = np.isneginf(lesson.probes()[i].x)[None]
+        ok &= ~(masked & (table == 0) & (a != 0))
         whole = ok.reshape(len(owners), -1).all(1)
         rest = ok[:, 1:].reshape(len(owners), -1).all(1) if i == lesson.facts["masked_probe"] \
             else whole

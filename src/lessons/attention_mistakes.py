@@ -311,13 +311,22 @@ _m("no_max_subtraction", "softmax", "softmax without max-subtraction",
    "exp of a large logit overflows to inf and inf/inf gives NaN",
    "subtract each row's maximum along dim (its dimension kept) before torch.exp: "
    "every exponent is then <= 0",
-   fns=_fns(lambda x, d: np.exp(x) / _sum(np.exp(x), d)))
+   fns=_fns(lambda x, d: np.exp(x) / _sum(np.exp(x), d),
+            lambda x, d: np.exp(x) / _guarded(_sum(np.exp(x), d))))
 _m("global_max_subtraction", "softmax", "the global maximum subtracted instead of each row's",
    "x - x.max() shifts every row by the largest entry of the whole tensor: a row far below "
    "it underflows to exp(...) = 0 and gives 0/0 = NaN (or zeros, where the sum is guarded)",
    "subtract each row's own maximum, taken along dim, not the whole tensor's",
    fns=_fns(lambda x, d: np.exp(x - x.max()) / _sum(np.exp(x - x.max()), d),
             lambda x, d: np.exp(x - x.max()) / _guarded(_sum(np.exp(x - x.max()), d))))
+_m("max_of_replaced_inf", "softmax", "the row maximum taken with -inf replaced by 0",
+   "-inf was replaced by 0 (or another number) before the maximum, so a row whose finite "
+   "scores all lie far below 0 is shifted by that number instead of its own maximum: every "
+   "exp(...) underflows to 0",
+   "take each row's maximum of x as it is (only an all -inf row needs 0 instead), then "
+   "subtract it",
+   fns=_fns(lambda x, d: (lambda e: e / _guarded(_sum(e, d)))(
+       np.exp(x - np.where(np.isinf(x), 0, x).max(axis=d, keepdims=True)))))
 _m("ignores_dim", "softmax", "the softmax ignores its dim argument",
    "it normalises over a fixed axis whatever dim it is given",
    "pass the function's dim to every reduction (the maximum and the sum), not a fixed "
@@ -393,6 +402,16 @@ _m("finite_mask_value", "softmax", "an all -inf row gets equal weights instead o
    "give such a row zeros: keep -inf as it is, and take 0 as that row's max and 1 as its "
    "sum (torch.where)",
    fns=_fns(lambda x, d: _plain(np.where(np.isinf(x), np.float32(-1e9), x), d)), cost=HALF)
+_m("epsilon_in_exps", "softmax", "a small number added to every exponential",
+   "adding a small epsilon to each exp(...) gives every masked key (-inf) that epsilon as "
+   "its weight, and an all -inf row equal weights 1/n instead of zeros; the division it "
+   "was meant to protect needs a guard only where a whole row is masked",
+   "add nothing to the exponentials: guard only the sum, with 1 where a row's sum is 0",
+   fns=_fns(*(lambda x, d, eps=eps: (lambda e: e / _sum(e, d))(
+       np.exp(x - np.where(np.isneginf(x.max(axis=d, keepdims=True)), 0,
+                           x.max(axis=d, keepdims=True))) + eps)
+       for eps in (1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-12))),
+   cost=HALF)  # (only the all -inf row is off: that half of the function's point)
 _m("softmax_wrong_axis", "attention_weights", "softmax over the wrong axis",
    "the softmax ran over the queries (dim=1/-2) or the batch axis (dim=0) instead of "
    "the keys: each query's weights over the keys must sum to 1",
@@ -957,8 +976,8 @@ _m("changes_input", "any", "the cell changes an input in place",
 _m("rebinds_input", "any", "a name from an earlier cell assigned anew",
    "the cell assigns a new tensor to a name an earlier cell made (t = t.transpose(...) for "
    "an input t): "
-   "the cells after it see another tensor under that name, and the cell itself gives "
-   "another result when it is run again",
+   "the cells after it see another tensor under that name (and the cell itself may give "
+   "another result when it is run again)",
    "keep the names of earlier cells as they are: give what you make from them a name of "
    "its own",
    kind="rebound", cost=HALF)

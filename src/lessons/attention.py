@@ -380,6 +380,10 @@ LESSON = Lesson(
                                 "points, even where its own results are right: the cells "
                                 "after it see another tensor (the notebook's opening says "
                                 "so)",
+        "adapted_to_own_inputs": "code adapted to an earlier slip (weights @ value.double() "
+                                 "after float64 weights) that raises on the lesson's inputs "
+                                 "but is fully right on the student's own tensors gets its "
+                                 "points, with a note: an earlier slip never costs twice",
         "own_softmax_for_weights": "attention_weights made by a built-in softmax beside a "
                                    "right function of your own cost half the weights' "
                                    "points: the task is to call your softmax (Cell 6's "

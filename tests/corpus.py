@@ -354,6 +354,23 @@ attempt("the max's index subtracted (blind set 10)", expect={"softmax": "shift_b
     e = torch.exp(x - m)
     s = e.sum(dim=dim, keepdim=True)
     return e / torch.where(s == 0, torch.ones_like(s), s)""")
+attempt("the row max clamped at 0 (blind set 16)", expect={"softmax": "max_clamped_at_zero"},
+        softmax=SM + """\
+    m = x.amax(dim=dim, keepdim=True).clamp(min=0)
+    e = torch.exp(x - m)
+    s = e.sum(dim=dim, keepdim=True)
+    return e / torch.where(s == 0, torch.ones_like(s), s)""")
+attempt("zeros for any row with a -inf (blind set 16)", expect={"softmax": "guard_on_any_inf"},
+        softmax=SM + """\
+    m = torch.where(torch.isinf(x), torch.full_like(x, -1e30), x).amax(dim=dim, keepdim=True)
+    e = torch.exp(x - m)
+    out = e / e.sum(dim=dim, keepdim=True)
+    return torch.where(torch.isinf(x).any(dim=dim, keepdim=True), torch.zeros_like(out), out)""")
+attempt("projections detached, then made to require grad (blind set 16)",
+        expect={"projections": "detached_projection"},
+        cell4="query = q_proj(x).detach().requires_grad_()\n"
+              "key = k_proj(x).detach().requires_grad_()\n"
+              "value = v_proj(x).detach().requires_grad_()")
 attempt("an epsilon added to every exp (blind set 15)", expect={"softmax": "epsilon_in_exps"},
         softmax=SM + """\
     m = x.amax(dim=dim, keepdim=True)

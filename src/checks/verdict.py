@@ -85,6 +85,7 @@ class _View:
         self.type, self.dtype, self.note = info["type"], info["dtype"], info["note"]
         self.layout = info["layout"] or "strided"
         self.requires_grad = info["requires_grad"] == "True"
+        self.grad_fn = info["grad_fn"]  # ("": a leaf, such as t.detach().requires_grad_())
         self.made_by = reader.strings(key + ".made_by")
         # From a replay: gradients of sum(out * G) by input name, and its autograd nodes.
         head = f"replay.grad.{name}."

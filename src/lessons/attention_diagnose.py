@@ -214,8 +214,9 @@ def provenance(lesson, r, name, view):
     layer = f"{name[0]}_proj"
     if view.grads:
         wrong = _provenance(lesson, name, view.grads)
-        if wrong and view.requires_grad and not any(np.any(g) for g in view.grads.values()) \
-                and "copied_layer" in lesson.mistakes:  # (in a graph, but of no layer's)
+        if wrong and view.requires_grad and view.grad_fn and not any(
+                np.any(g) for g in view.grads.values()) and "copied_layer" in lesson.mistakes:
+            # (computed in a graph, but of no layer's: a leaf was cut off, not copied)
             return [("copied_layer", f"`{name}` has the right values and an autograd graph, "
                      f"but no gradient reaches {layer}'s parameters (or any layer's): it was "
                      "made by other parameters with the same numbers.")]

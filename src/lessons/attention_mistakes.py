@@ -327,6 +327,22 @@ _m("max_of_replaced_inf", "softmax", "the row maximum taken with -inf replaced b
    "subtract it",
    fns=_fns(lambda x, d: (lambda e: e / _guarded(_sum(e, d)))(
        np.exp(x - np.where(np.isinf(x), 0, x).max(axis=d, keepdims=True)))))
+_m("max_clamped_at_zero", "softmax", "the row maximum clamped at 0",
+   "clamp(min=0) (or max(m, 0)) on the row maximum does turn an all -inf row's -inf into "
+   "0, but it also shifts every row whose maximum is below 0 by 0 instead of its maximum: "
+   "a row of very negative scores underflows",
+   "replace only a maximum of -inf by 0 (torch.where on isneginf), and subtract every "
+   "other row's own maximum",
+   fns=_fns(*(lambda x, d, g=g: (lambda e: e / g(_sum(e, d)))(
+       np.exp(x - np.maximum(x.max(axis=d, keepdims=True), 0)))
+       for g in (_guarded, lambda t: t))))
+_m("guard_on_any_inf", "softmax", "rows with a single -inf set to zeros",
+   "the guard for an all -inf row tests whether a row has any -inf (.any(), or isinf on "
+   "one entry), so every row with one masked key gets zeros instead of its softmax",
+   "give zeros only to a row whose entries are all -inf (.all() along dim), and the "
+   "softmax to every other row",
+   fns=_fns(lambda x, d: np.where(np.isneginf(x).any(axis=d, keepdims=True), 0.0,
+                                   _plain(x, d))))
 _m("ignores_dim", "softmax", "the softmax ignores its dim argument",
    "it normalises over a fixed axis whatever dim it is given",
    "pass the function's dim to every reduction (the maximum and the sum), not a fixed "

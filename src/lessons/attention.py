@@ -375,11 +375,12 @@ LESSON = Lesson(
         "softmax_float32": "a softmax that computes in float32 (x.float() first) is right: "
                            "the lesson's tensors are float32, and the softmax's docstring "
                            "asks for x's shape, not its dtype",
-        "rebinding_costs_half": "a step cell that assigns a set-up name or an earlier "
-                                "cell's name anew (x = x.squeeze(0)) costs half its "
-                                "points, even where its own results are right: the cells "
-                                "after it see another tensor (the notebook's opening says "
-                                "so)",
+        "rebinding_costs_half": "a step cell that binds a set-up name or an earlier "
+                                "cell's name to another tensor or value (x = x.squeeze(0)) "
+                                "costs half its points, even where its own results are "
+                                "right: the cells after it see another tensor (the "
+                                "notebook's opening says so); the same value again "
+                                "(d_k = key.shape[-1]) costs nothing",
         "adapted_to_own_inputs": "code adapted to an earlier slip (weights @ value.double() "
                                  "after float64 weights) that raises on the lesson's inputs "
                                  "but is fully right on the student's own tensors gets its "

@@ -354,6 +354,16 @@ attempt("the max's index subtracted (blind set 10)", expect={"softmax": "shift_b
     e = torch.exp(x - m)
     s = e.sum(dim=dim, keepdim=True)
     return e / torch.where(s == 0, torch.ones_like(s), s)""")
+attempt("a min shift with a guard (blind set 17)", expect={"softmax": "shift_not_max"},
+        softmax=SM + """\
+    m = x.amin(dim=dim, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(x - m)
+    s = e.sum(dim=dim, keepdim=True)
+    return e / torch.where(s == 0, torch.ones_like(s), s)""")
+attempt("the bias taken off after the layer (blind set 17)",
+        expect={"projections": "missing_bias"},
+        cell4="query = q_proj(x)\nkey = k_proj(x)\nvalue = v_proj(x)\nkey -= k_proj.bias")
 attempt("the row max clamped at 0 (blind set 16)", expect={"softmax": "max_clamped_at_zero"},
         softmax=SM + """\
     m = x.amax(dim=dim, keepdim=True).clamp(min=0)

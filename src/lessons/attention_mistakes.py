@@ -125,8 +125,9 @@ _m("no_projection", "projections", "the embeddings were not projected",
    "call each layer on the embeddings x, as a function",
    reproduce=lambda inp: inp["x"], shows="x itself")
 _m("missing_bias", "projections", "the bias of the projection is missing",
-   "the tensor equals x @ W.T: the layer's weight was used by hand and its bias dropped",
-   "call the layer itself on x: calling it adds the bias",
+   "the tensor equals x @ W.T: the bias never reached it (the weight used by hand without "
+   "the bias, or the bias taken off the layer's output afterwards)",
+   "keep the layer's output as calling it on x gives it: with its bias, nothing taken off",
    reproduce=lambda inp: inp["x"] @ _swap(inp[f"w_{inp['name'][0]}"]), shows="x @ W.T")
 _m("weight_not_transposed", "projections", "the weight is applied the wrong way round",
    "the tensor equals x @ W + b, where nn.Linear computes x @ W.T + b: the weight was not "
@@ -298,7 +299,11 @@ _m("shift_not_max", "softmax", "a shift by the row's minimum or mean, not its ma
    fns=_fns(lambda x, d: np.exp(x - x.min(axis=d, keepdims=True))
             / _sum(np.exp(x - x.min(axis=d, keepdims=True)), d),
             lambda x, d: np.exp(x - x.mean(axis=d, keepdims=True))
-            / _sum(np.exp(x - x.mean(axis=d, keepdims=True)), d)))
+            / _sum(np.exp(x - x.mean(axis=d, keepdims=True)), d),
+            *(lambda x, d, r=r: (lambda m: (lambda e: e / _guarded(_sum(e, d)))(
+                np.exp(x - np.where(np.isfinite(m), m, 0))))(r(x, d))
+              for r in (lambda x, d: x.min(axis=d, keepdims=True),
+                        lambda x, d: x.mean(axis=d, keepdims=True)))))
 _m("shift_by_argmax", "softmax", "the index of the maximum subtracted, not its value",
    "x.max(dim, keepdim=True)[1] (or .indices, or argmax) is where each row's maximum is, "
    "not the maximum: subtracting that position leaves large exponents that overflow",

@@ -524,6 +524,14 @@ def _facts(lesson, cap, step, ns, inputs, watched, before, source, raised="") ->
             out["replay.discarded"] = np.array(discarded, dtype=str)
         names = lesson.by_cell[step].names
         missing = [n for n in names if ns.get(n) is None]
+        try:  # (a cell that does not parse binds nothing we can read)
+            ast.parse(source)
+        except (SyntaxError, ValueError):
+            unbound = []
+        else:  # (no line of the cell binds it: not a slip of an earlier cell)
+            unbound = [n for n in missing if n not in _assigned_names(source)]
+        if unbound:
+            out["replay.unassigned"] = np.array(unbound, dtype=str)
         # (only names the run bound: a line that raised before its assignment misspelled
         # nothing)
         bound = [a for a in _assigned_names(source) if a not in lesson.official and a in ns]

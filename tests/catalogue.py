@@ -343,6 +343,18 @@ def inject(mistake_id, step, data):
         for layer in ("q_proj", "k_proj", "v_proj"):
             for part, shape in (("weight", (64, 64)), ("bias", (64,))):
                 data[f"replay.grad.{name}.{layer}.{part}"] = np.zeros(shape)
+    elif m.kind == "unassigned":  # the cell's own assert reads a name no line binds
+        _drop(data, prefix)
+        _info(data, prefix, kind="none", type="NoneType")
+        data["cell.replayed"] = np.array(True)
+        data["replay.unassigned"] = np.array([name])
+        data["cell.raised"] = np.array([f"AssertionError: {name} should be a torch tensor, "
+                                        "got NoneType", "assert isinstance(tensor, torch.Tensor)"])
+    elif m.kind == "wrong_default":  # softmax(x) normalised over the first axis
+        probe = lesson.probes()[0]
+        arr = np.exp(probe.x) / np.exp(probe.x).sum(axis=0, keepdims=True)
+        data["softmax.nodefault.out.info"] = data["softmax.p0.out.info"]
+        data["softmax.nodefault.out.values"] = arr.astype(np.float32)
     elif m.kind == "extra_axis":
         _set_values(data, prefix, values[None])
     elif m.kind == "lost_batch":

@@ -354,6 +354,15 @@ attempt("the max's index subtracted (blind set 10)", expect={"softmax": "shift_b
     e = torch.exp(x - m)
     s = e.sum(dim=dim, keepdim=True)
     return e / torch.where(s == 0, torch.ones_like(s), s)""")
+attempt("value never assigned (blind set 18)", expect={"projections": "never_assigned"},
+        cell4="query = q_proj(x)\nkey = k_proj(x)")
+attempt("dim's default 0 (blind set 18)", expect={"softmax": "softmax_default_not_last"},
+        softmax="def softmax(x, dim=0):\n"
+                "    m = x.amax(dim=dim, keepdim=True)\n"
+                "    m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)\n"
+                "    e = torch.exp(x - m)\n"
+                "    s = e.sum(dim=dim, keepdim=True)\n"
+                "    return e / torch.where(s == 0, torch.ones_like(s), s)")
 attempt("a min shift with a guard (blind set 17)", expect={"softmax": "shift_not_max"},
         softmax=SM + """\
     m = x.amin(dim=dim, keepdim=True)

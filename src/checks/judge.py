@@ -1075,6 +1075,12 @@ def _judge_output(lesson, check, name, view, contexts, strict, inputs, cell):
             f.mistake = "misspelled_name"
             f.seen = (f"your Cell {cell.number} assigns `{cell.misspelled[0]}`, so `{name}` "
                       f"{holds}.")
+        elif cell.raised and cell.error.startswith("AssertionError") and \
+                name in cell.unassigned and not cell.discarded and \
+                "never_assigned" in lesson.mistakes:  # (its own assert read the missing name)
+            f.mistake = "never_assigned"
+            f.seen = (f"no line of your Cell {cell.number} assigns `{name}`, so it {holds} "
+                      f"({cell.said()}).")
         elif cell.raised:
             f.mistake = _error_entry(lesson, cell.error, cell.line, check) or "cell_raised"
             f.seen = f"{cell.said()}, so `{name}` {holds}."

@@ -363,12 +363,14 @@ def _probe_all(lesson, name, fn, torch, code, calls, nodes, budget, out, course)
                 contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             with CourseCalls(course):
-                fn(x)
+                result = fn(x)
     except BaseException as exc:  # noqa: BLE001
         if isinstance(exc, KeyboardInterrupt):
             raise
         if isinstance(exc, TypeError):  # (a missing argument: no default for dim)
             out[f"{name}.nodefault.raised"] = _raised(_error_text(exc), "")
+    else:  # (what it gives without dim: the last axis's softmax, or another's)
+        _observe_object(f"{name}.nodefault.out", result, budget, out)
 
 
 def _graph_calls(result, torch, labels, stop=None, limit=None):

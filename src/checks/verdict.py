@@ -141,6 +141,7 @@ class _Cell:
     discarded: tuple = ()  # lines that compute a value and assign it to nothing
     rebound: tuple = ()  # names of earlier cells the cell assigned anew
     aliased: tuple = ()  # the cell's own names bound to one and the same tensor
+    unassigned: tuple = ()  # the cell's own names that no line of it binds
 
     @classmethod
     def read(cls, r, number):
@@ -151,7 +152,7 @@ class _Cell:
                    tuple(r.strings("replay.mutated")), r.flag("replay.own"),
                    tuple(made) if len(made) == 2 else (),
                    tuple(r.strings("replay.discarded")), tuple(r.strings("replay.rebound")),
-                   tuple(r.strings("replay.aliased")))
+                   tuple(r.strings("replay.aliased")), tuple(r.strings("replay.unassigned")))
 
     def said(self):
         at = f" at `{_short(self.line, LIMITS['line'])}`" if self.line else ""

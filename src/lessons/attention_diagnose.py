@@ -497,6 +497,13 @@ def _softmax_verdict(lesson, r, strict, cell):
             # writes the signature, softmax(x), it raised)
             return ("softmax_no_default_dim", f"called as softmax(x) on {probes[0].shown} "
                     f"without dim, your softmax raised {_short(no_default[0], 120)}.")
+        plain = r.tensor("softmax.nodefault.out", "")
+        if plain.real is not None and "softmax_default_not_last" in lesson.mistakes and not (
+                plain.real.shape == probes[0].expected.shape
+                and _close(plain.real, probes[0].expected)):
+            return ("softmax_default_not_last", "called as softmax(x), without dim, on a "
+                    f"tensor of shape {list(probes[0].x.shape)}, your softmax did not give "
+                    "the softmax along its last axis.")
         return _gradient_verdict(lesson, weights) or _Finding()
     explained = _explanations(lesson, outs)
     i = wrong[0]

@@ -1007,6 +1007,11 @@ _m("softmax_no_default_dim", "softmax", "dim has no default",
    "whose dim has no default raises a TypeError",
    "give dim its default in the def line, as the task writes it",
    kind="no_default", cost=HALF)
+_m("softmax_default_not_last", "softmax", "dim's default is not the last axis",
+   "the task writes the signature softmax(x, dim=-1): called as softmax(x), your function "
+   "normalises over another axis, so code that relies on the default gets other weights",
+   "give dim the default the task writes in the def line",
+   kind="wrong_default", cost=HALF)
 _m("softmax_leaves_autograd", "softmax", "the softmax's output leaves autograd",
    "the weights no longer depend on the scores in autograd (NumPy inside, torch.no_grad(), "
    ".detach() or .data), so no gradient reaches the projections: a model could not learn",
@@ -1158,6 +1163,11 @@ _m("mask_not_bool", "any", "masked_fill given a mask of numbers",
 _m("cell_raised", "any", "the cell raised an error",
    "the cell stopped with an exception, so the tensor was not (re)computed",
    "fix the line the error points to and run the cell again", kind="cell_error")
+_m("never_assigned", "any", "a name this step makes is never assigned",
+   "no line of the cell binds that name, so it still holds None from the set-up, and the "
+   "cell's own check of it fails",
+   "assign every name the task lists for this cell, each from its own formula",
+   kind="unassigned")
 _m("not_computed", "any", "not computed yet",
    "the name still holds None from the set-up cell (or is not defined)",
    "write your code in the cell above and run it", kind="missing")

@@ -354,6 +354,13 @@ attempt("the max's index subtracted (blind set 10)", expect={"softmax": "shift_b
     e = torch.exp(x - m)
     s = e.sum(dim=dim, keepdim=True)
     return e / torch.where(s == 0, torch.ones_like(s), s)""")
+attempt("an epsilon added to the row sums (blind set 19)",
+        expect={"softmax": "epsilon_in_sum", "attention_weights": "epsilon_in_sum"},
+        softmax=SM + """\
+    m = x.amax(dim=dim, keepdim=True)
+    m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    e = torch.exp(x - m)
+    return e / (e.sum(dim=dim, keepdim=True) + 1e-3)""")
 attempt("value never assigned (blind set 18)", expect={"projections": "never_assigned"},
         cell4="query = q_proj(x)\nkey = k_proj(x)")
 attempt("dim's default 0 (blind set 18)", expect={"softmax": "softmax_default_not_last"},

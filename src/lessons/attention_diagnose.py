@@ -265,7 +265,7 @@ def _fn_outputs(lesson, mistake_id, probe_index):
 
 #: Softmax mistakes about the all -inf row; the others are compared without that row,
 #: so that they are recognised whether or not the student's softmax guards it.
-MASK_MISTAKES = ("fully_masked_row", "finite_mask_value", "epsilon_in_exps")
+MASK_MISTAKES = ("fully_masked_row", "finite_mask_value", "epsilon_in_exps", "epsilon_in_sum")
 
 
 @lru_cache(maxsize=None)

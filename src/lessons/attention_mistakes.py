@@ -348,6 +348,12 @@ _m("guard_on_any_inf", "softmax", "rows with a single -inf set to zeros",
    "softmax to every other row",
    fns=_fns(lambda x, d: np.where(np.isneginf(x).any(axis=d, keepdims=True), 0.0,
                                    _plain(x, d))))
+_m("epsilon_in_sum", "softmax", "a small number added to the row sums",
+   "dividing by sum + epsilon instead of the sum leaves every row summing to a little less "
+   "than 1; the division it was meant to protect needs a guard only where a row's sum is 0",
+   "divide by the plain sum along dim, and replace only a sum of 0 (an all -inf row) by 1",
+   fns=_fns(*(lambda x, d, eps=eps: (lambda e: e / (_sum(e, d) + eps))(_exp_shift(x, d))
+              for eps in (1e-2, 1e-3, 1e-4))))
 _m("ignores_dim", "softmax", "the softmax ignores its dim argument",
    "it normalises over a fixed axis whatever dim it is given",
    "pass the function's dim to every reduction (the maximum and the sum), not a fixed "

@@ -45,8 +45,7 @@ c.CourseDirectory.course_id = "attention-course"
 c.CourseDirectory.db_url = f"sqlite:///{course_dir() / 'gradebook.db'}?timeout=300"
 
 # Secure autograding without a kernel (docs/internals.md, "Secure grading"): every road to
-# `nbgrader
-# autograde` (make grade, the plain command, the Formgrader's button) reads this file. A
+# `nbgrader autograde` (make grade, the plain command, the Formgrader's button) reads this file. A
 # submission with a symlink is refused; no kernel runs: each test cell's score is computed
 # here, in the instructor's process, from a replay of its step cell's own code in a
 # sandboxed fork server (src/road.py, src/replay.py), never from what the notebook shows.

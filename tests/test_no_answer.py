@@ -73,9 +73,33 @@ def fragments(text: str) -> list[str]:
     return out
 
 
-def candidates(text: str, outputs) -> set[str]:
-    """Step-cell sources a student could paste from ``text``."""
-    found = fragments(text)
+def _nodes(source: str) -> set[str]:
+    """ast.dump of every statement and expression in ``source`` (none if it does not
+    parse)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {ast.dump(n) for n in ast.walk(tree) if isinstance(n, (ast.stmt, ast.expr))}
+
+
+def _own(fragment: str, own: set[str]) -> bool:
+    """Whether ``fragment`` is, token for token, a statement or expression of ``own``."""
+    try:
+        body = ast.parse(fragment).body
+    except SyntaxError:
+        return False
+    node = body[0].value if len(body) == 1 and isinstance(body[0], ast.Expr) else \
+        body[0] if len(body) == 1 else None
+    return node is not None and ast.dump(node) in own
+
+
+def candidates(text: str, outputs, own: str = "") -> set[str]:
+    """Step-cell sources a student could paste from ``text``. A fragment that is the
+    student's own code (``own``, their step cell), quoted back as evidence, hands out
+    nothing they did not write: it is left out."""
+    mine = _nodes(own)
+    found = [f for f in fragments(text) if not _own(f, mine)]
     out = set(found)
     assigns = [f for f in found if _ASSIGN.match(f)]
     if len(assigns) > 1:
@@ -206,3 +230,14 @@ def test_no_message_writes_out_a_reduction_call(cell):
     found = [(where, m.group(0)) for where, text in texts_of(step) if not where.startswith(
         "hint") for m in [_REDUCTION.search(text)] if m]
     assert found == []
+
+
+def test_the_students_own_line_quoted_back_is_not_a_fragment_of_ours():
+    text = ("What we saw: your Cell 7 computes `torch.matmul(attention_weights, value)` on a "
+            "line of its own. Next step: use `attention_weights @ value`.")
+    own = "torch.matmul(attention_weights, value)\nprint(attended_values)\n"
+    found = candidates(text, ["attended_values"], own)
+    assert "attended_values = torch.matmul(attention_weights, value)" not in found
+    assert "attended_values = attention_weights @ value" in found  # (not the student's)
+    assert "attended_values = torch.matmul(attention_weights, value)" in candidates(
+        text, ["attended_values"], "attended_values = query\n")

@@ -90,6 +90,7 @@ def evaluate(items=None, spec=None):
             rows.append({"id": a["id"], "cell": n, "label": lab, "verdict": verdict,
                          "score": s.score, "max": s.max_score, "first": first,
                          "mistakes": [r.mistake for r in s.results if r.mistake],
+                         "source": a["cells"][n],
                          "message": "\n".join(r.message for r in s.results if not r.passed)})
     return rows
 
@@ -98,7 +99,8 @@ def pasted(rows, spec=None) -> list:
     """[(id, cell, fragment, check)] for every code fragment of every failing message in
     ``rows`` (as tests/test_no_answer.py cuts them: backticked spans, the longest code in
     each clause, an expression as the value of each name the step assigns) that earns a
-    check when pasted alone into its step cell and replayed as grading replays it."""
+    check when pasted alone into its step cell and replayed as grading replays it. The
+    student's own lines, quoted back as evidence, are not fragments of ours."""
     from tests.test_no_answer import candidates
 
     lesson = spec or verify.LESSON
@@ -109,7 +111,7 @@ def pasted(rows, spec=None) -> list:
         if not r["message"]:
             continue
         step = step_of[r["cell"]]
-        for src in sorted(candidates(r["message"], step.names)):
+        for src in sorted(candidates(r["message"], step.names, r.get("source", ""))):
             if (step.cell, src) in seen:
                 continue
             seen.add((step.cell, src))

@@ -170,7 +170,8 @@ def _raw(inp):
 
 _m("transposed_product", "attention_scores", "the product is transposed (K Qᵀ)",
    "the scores are the transpose of Q Kᵀ/√d_k: rows are keys and columns queries",
-   "put the queries on the rows and the keys on the columns: query on the left of the product",
+   "queries on the rows, keys on the columns: query on the left of a product, or an einsum's "
+   "or loop's output axes in (batch, query, key) order",
    reproduce=lambda inp: _swap(_raw(inp)) / SQRT_DK, shows="(Q Kᵀ/√d_k)ᵀ = K Qᵀ/√d_k")
 _m("same_tensor_twice", "attention_scores", "the same tensor on both sides of the product",
    "the scores equal Q Qᵀ/√d_k or K Kᵀ/√d_k: the query was used as the key (or the "
@@ -476,8 +477,8 @@ _m("softmax_not_applied", "attention_weights", "the softmax was not applied",
 _m("weights_transposed", "attended_values", "the weights are transposed in the aggregation",
    "the output equals attention_weightsᵀ @ value: each output row mixes values with "
    "a column of weights instead of its own row",
-   "use the weights as they are, without transposing them: row i of the weights mixes the values "
-   "for output i",
+   "make output row i mix the values with row i of the weights: check each transpose, and "
+   "which index your einsum or loop sums over",
    reproduce=lambda inp: _swap(inp["attention_weights"]) @ inp["value"],
    shows="attention_weightsᵀ @ value")
 _m("scores_instead_of_weights", "attended_values",

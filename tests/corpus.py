@@ -361,6 +361,24 @@ attempt("an epsilon added to the row sums (blind set 19)",
     m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
     e = torch.exp(x - m)
     return e / (e.sum(dim=dim, keepdim=True) + 1e-3)""")
+attempt("a softmax computed in float16, cast back (blind set 20)",
+        expect={"softmax": "softmax_half_precision", "attention_weights": "from_wrong_function"},
+        softmax=SM + """\
+    h = x.half()
+    m = h.amax(dim=dim, keepdim=True)
+    m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    e = torch.exp(h - m)
+    s = e.sum(dim=dim, keepdim=True)
+    return (e / torch.where(s == 0, torch.ones_like(s), s)).float()""")
+attempt("a softmax computed in bfloat16, cast back",
+        expect={"softmax": "softmax_half_precision", "attention_weights": "from_wrong_function"},
+        softmax=SM + """\
+    x = x.to(torch.bfloat16)
+    m = x.amax(dim=dim, keepdim=True)
+    m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    e = torch.exp(x - m)
+    s = e.sum(dim=dim, keepdim=True)
+    return (e / torch.where(s == 0, torch.ones_like(s), s)).to(torch.float32)""")
 attempt("value never assigned (blind set 18)", expect={"projections": "never_assigned"},
         cell4="query = q_proj(x)\nkey = k_proj(x)")
 attempt("dim's default 0 (blind set 18)", expect={"softmax": "softmax_default_not_last"},

@@ -505,6 +505,9 @@ def _softmax_verdict(lesson, r, strict, cell):
                     f"tensor of shape {list(probes[0].x.shape)}, your softmax did not give "
                     "the softmax along its last axis.")
         return _gradient_verdict(lesson, weights) or _Finding()
+    rounded = _rounded_softmax(probes, outs, wrong)
+    if rounded and "softmax_half_precision" in lesson.mistakes:
+        return "softmax_half_precision", rounded
     explained = _explanations(lesson, outs)
     i = wrong[0]
     for mid, (every, where) in explained.items():
@@ -593,6 +596,47 @@ def _evidence_rank(probe):
 def _tame(probe):
     """An input of ordinary numbers (no -inf, nothing large enough to overflow exp)."""
     return bool(np.isfinite(probe.x).all() and np.abs(probe.x).max() < 50)
+
+
+def _bfloat16(a):
+    """``a`` rounded to bfloat16 (8 bits of mantissa), as float64."""
+    bits = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+_ROUNDINGS = (("bfloat16", _bfloat16),
+              ("float16", lambda a: np.asarray(a, np.float16).astype(np.float64)))
+
+
+def _rounded_softmax(probes, outs, wrong):
+    """What we saw when every number the softmax returned on the probes is a float16 (or
+    bfloat16) number, cast back to float32: a softmax computed in half precision. None
+    when one is not, or when fewer than 4 of them lie strictly between 0 and 1 (0, 1 and
+    0.5 are half-precision numbers too)."""
+    values = [np.asarray(o, np.float64)[np.isfinite(o)] for o in outs if o is not None]
+    if not values or not wrong:
+        return None
+    every = np.concatenate(values)
+    if np.count_nonzero((every > 0) & (every < 1) & (every != 0.5)) < 4:
+        return None
+    for name, rnd in _ROUNDINGS:
+        with np.errstate(all="ignore"):
+            if np.array_equal(rnd(every), every):
+                break
+    else:
+        return None
+    i = min((j for j in wrong if outs[j] is not None), default=None,
+            key=lambda j: _evidence_rank(probes[j]))
+    if i is None:
+        return None
+    got, want = np.asarray(outs[i], np.float64), np.asarray(probes[i].expected, np.float64)
+    with np.errstate(all="ignore"):
+        off = np.where(np.isfinite(want), np.abs(got - want), 0.0)
+    k = np.unravel_index(int(np.argmax(off)), off.shape)
+    return (f"every number your softmax returned is a {name} number; on {probes[i].label} "
+            f"({probes[i].shown}) it returned {got[k]:.7g} at index {[int(v) for v in k]} "
+            f"where the softmax is {want[k]:.7g}.")
 
 
 def _softmax_behaviour(probes, outs, wrong):

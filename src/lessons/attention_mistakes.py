@@ -1084,6 +1084,12 @@ _m("softmax_fixed_layout", "softmax", "the softmax works only on the lesson's la
    "x.shape[1], x[b, i]) instead of following dim",
    "make every step follow dim, on any number of axes: reduce with dim=dim and "
    "keepdim=True instead of looping over fixed axes", kind="behaviour")
+_m("softmax_half_precision", "softmax", "the softmax computes in half precision",
+   "the function rounds its work to float16 or bfloat16 (about 3 digits) and casts the "
+   "result back, so every number it returns is a half-precision number, off in its "
+   "fourth digit",
+   "compute in the dtype x arrives in (float32 here): no .half() or conversion to a "
+   "16-bit float", kind="behaviour")
 _m("softmax_raises", "softmax", "the softmax raised an error",
    "calling your softmax on the input shown raised an exception",
    "call softmax on that input yourself and fix the line the error points to",

@@ -379,6 +379,11 @@ attempt("a softmax computed in bfloat16, cast back",
     e = torch.exp(x - m)
     s = e.sum(dim=dim, keepdim=True)
     return (e / torch.where(s == 0, torch.ones_like(s), s)).to(torch.float32)""")
+attempt("dropout on the weights (blind set 15)", expect={"attention_weights": "dropout_applied"},
+        apply="attention_weights = torch.nn.functional.dropout(\n"
+              "    softmax(attention_scores, dim=-1), p=0.1)")
+attempt("dropout on the output", expect={"attended_values": "dropout_applied"},
+        cell7="attended_values = torch.nn.Dropout(0.2)(attention_weights @ value)")
 attempt("value never assigned (blind set 18)", expect={"projections": "never_assigned"},
         cell4="query = q_proj(x)\nkey = k_proj(x)")
 attempt("dim's default 0 (blind set 18)", expect={"softmax": "softmax_default_not_last"},

@@ -809,7 +809,7 @@ def _behaviour(lesson, check, name, arr, ctx, view):
     arr, expected = _unmasked(arr, expected)
     same = arr.shape == expected.shape
     if same and np.isfinite(arr).all() and np.isfinite(expected).all():
-        found = _rounded(name, arr, expected) or (
+        found = _rounded(name, arr, expected) or _dropped(lesson, name, arr, expected) or (
             hooks["first"](lesson, name, arr, ctx) if "first" in hooks else None)
         if found:
             return found
@@ -917,6 +917,26 @@ def _rounded(name, arr, expected):
                 digits = "whole numbers" if k == 0 else f"{k} decimal{'s' * (k > 1)}"
                 return "rounded", f"`{name}` is the right result rounded to {digits}{how}."
     return None
+
+
+def _dropped(lesson, name, arr, expected):
+    """The right result with some entries set to 0 and every other one multiplied by one
+    factor c > 1: what dropout does (each entry zeroed with probability p, the others
+    scaled by c = 1/(1 - p))."""
+    if "dropout_applied" not in lesson.mistakes:
+        return None
+    zero = (arr == 0) & (np.abs(expected) > 1e-6)
+    keep = (arr != 0) & (np.abs(expected) > 1e-6)
+    if not zero.any() or keep.sum() < 2:
+        return None
+    ratio = arr[keep] / expected[keep]
+    c = float(np.median(ratio))
+    if c <= 1.001 or not np.allclose(ratio, c, rtol=1e-4, atol=0):
+        return None
+    # (how many were zeroed is left unsaid: it changes from run to run)
+    return "dropout_applied", (f"some entries of `{name}` are 0 and every other one is "
+                               f"{c:.4g} times the right one: what dropout with p = "
+                               f"{1 - 1 / c:.2g} does.")
 
 
 def _lstsq(design, target):

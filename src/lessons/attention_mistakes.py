@@ -867,6 +867,11 @@ _m("hard_selection", "any", "a hard choice in place of the weights",
    "elsewhere), so each result takes a single row where the formula blends them all",
    "use the operand's numbers as they are: each one weighs its row, however small",
    kind="behaviour", said_first=True)
+_m("dropout_applied", "any", "dropout applied to the result",
+   "dropout (F.dropout, nn.Dropout; F.dropout is on unless training=False) sets entries to "
+   "0 at random and multiplies the others by 1/(1 - p); the formula has no dropout",
+   "remove the dropout: this step is the formula alone, the same numbers on every run",
+   kind="behaviour")
 _m("low_precision", "any", "computed in a lower precision",
    "the operands were rounded to float16 or bfloat16, which keep about 3 digits, so the "
    "result is off in its fourth digit, more on larger numbers",

@@ -193,6 +193,8 @@ def _behaviour_outputs(mistake_id, i, probe):
     if mistake_id == "softmax_fixed_layout" and not (
             probe.x.ndim == 3 and probe.dim in (-1, 2)):
         return want * 0.5
+    if mistake_id == "softmax_half_precision":
+        return np.asarray(want, np.float16).astype(np.float64)
     if i == 0 and mistake_id == "softmax_negative":
         return want - 0.5
     if i == 0 and mistake_id == "softmax_not_normalised":

@@ -143,6 +143,8 @@ BEHAVIOUR_CODE = {
                          "attention_weights.sum(dim=1).unsqueeze(-1)"},
     "weights_changed": {"cell7_values": "attended_values = torch.softmax(attention_weights, -1)"
                         " @ value"},
+    "dropout_applied": {"cell7_values": "attended_values = torch.nn.functional.dropout("
+                        "attention_weights @ value, p=0.25)"},
     "rounded": {"cell5_scores": "attention_scores = torch.round(query @ key.transpose(-2, -1)"
                 " / 8, decimals=2)"},
     "shifted": {"cell5_scores": "attention_scores = query @ key.mT / 8 - 1.5"},
@@ -351,6 +353,17 @@ def test_the_softmax_probes():
 ALLOWED_NODE_CODE = {
     "ExpBackward0": lambda x: torch.exp(x), "PowBackward2": lambda x: math.e ** x,
     "PowBackward1": lambda x: torch.pow(torch.tensor(math.e), x),
+    "Exp2Backward0": lambda x: torch.exp2(x),
+    "SortBackward0": lambda x: x.sort(-1).values,
+    "TopkBackward0": lambda x: x.topk(2, -1).values,
+    "KthvalueBackward0": lambda x: x.kthvalue(1, -1).values,
+    "CumsumBackward0": lambda x: x.cumsum(-1), "CumprodBackward0": lambda x: x.cumprod(-1),
+    "CummaxBackward0": lambda x: x.cummax(-1).values,
+    "CumminBackward0": lambda x: x.cummin(-1).values,
+    "FlipBackward0": lambda x: x.flip(-1), "RollBackward0": lambda x: x.roll(1, -1),
+    "GatherBackward0": lambda x: x.gather(-1, torch.zeros(*x.shape[:-1], 1, dtype=torch.long)),
+    "IndexSelectBackward0": lambda x: x.index_select(-1, torch.tensor([0])),
+    "TakeBackward0": lambda x: x.take(torch.tensor([0])),
     "AmaxBackward0": lambda x: x.amax(-1, keepdim=True),
     "MaxBackward0": lambda x: x.max(dim=-1, keepdim=True).values,
     "MaxBackward1": lambda x: x.max(), "MaximumBackward0": lambda x: torch.maximum(x, x * 2),

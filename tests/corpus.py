@@ -382,6 +382,9 @@ attempt("a softmax computed in bfloat16, cast back",
 attempt("dropout on the weights (blind set 15)", expect={"attention_weights": "dropout_applied"},
         apply="attention_weights = torch.nn.functional.dropout(\n"
               "    softmax(attention_scores, dim=-1), p=0.1)")
+attempt("an output projection after the product (blind set 21)",
+        expect={"attended_values": "after_the_product"},
+        cell7="attended_values = v_proj(attention_weights @ value)")
 attempt("dropout on the output", expect={"attended_values": "dropout_applied"},
         cell7="attended_values = torch.nn.Dropout(0.2)(attention_weights @ value)")
 attempt("value never assigned (blind set 18)", expect={"projections": "never_assigned"},

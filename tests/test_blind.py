@@ -81,7 +81,10 @@ DECIDED = {"attempts.json": {},
            # (internals.md, "Set 19")
            "attempts19.json": {},
            # measured as committed, before any tuning to it (internals.md, "Set 20")
-           "attempts20.json": {("b20-018", "6"): "logsumexp_softmax"}}
+           "attempts20.json": {("b20-018", "6"): "logsumexp_softmax"},
+           # measured as committed, before any tuning to it (internals.md, "Set 21"): b21-005
+           # (a softmax of sort and cumsum) was a false negative, allowed since
+           "attempts21.json": {}}
 
 
 def test_every_decision_is_the_specs_and_the_docs_state_it():

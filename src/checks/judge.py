@@ -265,7 +265,7 @@ def _match_value(lesson, check, name, arr, contexts, view):
                     return "constant_factor", (f"`{name}` is {_fmt(c)} times the "
                                                f"formula's result{words}.")
                 return "scalar_multiple", (f"your `{name}` is {_fmt(c)} times the expected "
-                                           f"one{words}.")
+                                           f"one{words or _plain_factor(c)}.")
     if _constant(arr):
         value = _fmt(arr.ravel()[0]) if arr.size else "nothing (it is empty)"
         return "constant_output", f"every entry of `{name}` is {value}."
@@ -281,6 +281,15 @@ def _match_value(lesson, check, name, arr, contexts, view):
                                              f"{list(perm)} instead of "
                                              f"{list(range(arr.ndim))}.")
     return _behaviour(lesson, check, name, arr, contexts[0], view)
+
+
+def _plain_factor(c: float) -> str:
+    """", as if divided by 2 once more" when ``c`` or its inverse is a number of at most
+    two decimals (a temperature, a constant the formula lacks); else ""."""
+    for value, how in ((1 / c, "divided"), (c, "multiplied")) if c else ():
+        if value > 1.001 and np.isclose(value, round(value, 2), rtol=1e-5, atol=0):
+            return f", as if {how} by {_fmt(round(value, 2))} once more"
+    return ""
 
 
 #: Powers of a lesson's constants a factor is read as, and how a message says them.

@@ -122,6 +122,26 @@ def weights_relation(lesson, name, arr, ctx):
     return None
 
 
+def _through_layer(lesson, right, arr) -> str:
+    """"`v_proj`" (how it was applied) when ``arr`` is the right result ``right`` put
+    through one of the set-up's layers, whole or without its bias; else ""."""
+    params = dict(lesson.facts["parameters"]())
+    for label, w in params.items():
+        if not label.endswith(".weight"):
+            continue
+        layer = label[:-len(".weight")]
+        w = np.asarray(w, np.float64)
+        b = np.asarray(params[f"{layer}.bias"], np.float64)
+        if right.shape[-1] != w.shape[1]:
+            continue
+        for said, got in ((f"`{layer}`", right @ w.T + b),
+                          (f"`{layer}`'s weight (x @ W.T, without its bias)", right @ w.T),
+                          (f"`{layer}`'s weight untransposed (x @ W + b)", right @ w + b)):
+            if got.shape == arr.shape and _close(arr, got):
+                return said
+    return ""
+
+
 def mixing(lesson, name, arr, ctx):
     """Cell 7: whether ``arr`` [B, L, d] is a mix of the rows of value (out = M @ value for
     some M) and what M's rows do; None when nothing can be said."""
@@ -133,6 +153,10 @@ def mixing(lesson, name, arr, ctx):
                 f"`value`, scaled by {_fmt(own)}.")
     m = np.linalg.lstsq(v.T, out.T, rcond=None)[0].T  # [L, S]: out ≈ m @ v
     if not _close(m @ v, out, dict(rtol=1e-3, atol=1e-4)):
+        layer = _through_layer(lesson, ctx.expected(name), arr)
+        if layer:
+            return ("after_the_product", f"`{name}` is the right result passed through "
+                    f"{layer}, a layer this step does not have.")
         return ("after_the_product", "`attended_values` is not a weighted sum of the rows of "
                 "`value`: something else was applied to them or to the result.")
     if np.allclose(m.sum(-1), 1, atol=1e-3):

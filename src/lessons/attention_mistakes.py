@@ -539,9 +539,10 @@ _m("extra_axis", "any", "an axis of size 1 too many",
    kind="extra_axis")
 _m("numbers_rearranged", "any", "the right numbers in the wrong places",
    "the result holds exactly the formula's numbers, but in other places: a stack, cat, "
-   "view or reshape put them in another order",
-   "look at the axis you stack or join along and at each view or reshape: move axes with "
-   "transpose or permute, never with view or reshape",
+   "view or reshape put them in another order (a split into parts and back that does not "
+   "undo itself, for example)",
+   "compute it in the formula's layout: drop each reshape, view, transpose or stack that "
+   "reorders it, or check the axis it works on",
    kind="behaviour")
 _m("lost_batch_dimension", "any", "the batch dimension was lost",
    "the values are right but the leading batch axis of size 1 is gone "

@@ -57,7 +57,7 @@ test: $(STAMP)  ## lint, then run every test and both notebooks (offline)
 	$(PY) -m pytest -n $(JOBS) --dist loadfile
 
 test-road: $(STAMP)  ## every attempt of the corpora: the live check in a real kernel = grading
-	$(PY) -m pytest -p no:xdist tests/road -m road
+	$(PY) -m pytest -n 2 tests/road -m road
 
 test-cohort: $(STAMP)  ## grade a class-sized hostile cohort for real (a few minutes)
 	$(PY) -m pytest -p no:xdist tests/cohort -m cohort

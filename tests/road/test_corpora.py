@@ -46,10 +46,22 @@ def kernel(tmp_path_factory):
     k.close()
 
 
-def test_every_attempt_gets_the_same_points_and_first_lines_on_both_roads(kernel,
-                                                                           record_property):
+#: The attempts are dealt into this many shards, so that `make test-road`'s workers (one
+#: kernel each, pytest -n 2) share them: every attempt still runs alone in its kernel.
+SHARDS = 4
+
+
+def test_the_shards_hold_every_attempt_once():
     items = attempts()
     assert len(items) >= 400
+    dealt = [name for k in range(SHARDS) for name, _ in items[k::SHARDS]]
+    assert sorted(dealt) == sorted(name for name, _ in items)
+
+
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_every_attempt_gets_the_same_points_and_first_lines_on_both_roads(kernel, shard,
+                                                                           record_property):
+    items = attempts()[shard::SHARDS]
     differ, started = [], time.monotonic()
     for name, sources in items:
         nb = notebook(sources)
@@ -61,6 +73,6 @@ def test_every_attempt_gets_the_same_points_and_first_lines_on_both_roads(kernel
             if got.get(test) != want[test]:
                 differ.append((name, test, got.get(test), want[test]))
     seconds = time.monotonic() - started
-    record_property("road figure", f"{len(items)} attempts, {len(differ)} differ, "
-                                   f"{seconds:.0f} s")
+    record_property("road figure", f"shard {shard + 1} of {SHARDS}: {len(items)} attempts, "
+                                   f"{len(differ)} differ, {seconds:.0f} s")
     assert differ == [], differ[:5]

@@ -386,6 +386,36 @@ def _discarded(source: str, functions=(), outputs=()) -> list[str]:
     return [f if len(f) <= 80 else f[:79] + "…" for f in found[:2]]
 
 
+def _builtins_in_defs(source: str, functions, builtins) -> list[str]:
+    """Calls of a built-in (``builtins``: last names, e.g. softmax, log_softmax) written
+    in the body of a def of ``functions`` in ``source``, run or not: `torch.softmax(...)`
+    in an except branch that our inputs never reach is still in the function. A bare name
+    counts only when the cell defines no function of that name (its own helper), and the
+    function's own name never (a recursion)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    own = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    wanted = set(builtins) | {b[0].upper() + b[1:].replace("_s", "S").replace("_", "")
+                              for b in builtins}  # (nn.Softmax, nn.LogSoftmax, nn.Softmin)
+    found = []
+    for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in functions):
+        # (a comparison with the built-in, in an assert, a print or an allclose, answers
+        # nothing for the function)
+        checks = [n for n in ast.walk(fn) if isinstance(n, ast.Assert) or (
+            isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", ""))
+            in ("print", "allclose", "isclose", "assert_close", "equal"))]
+        aside = {id(m) for c in checks for m in ast.walk(c)}
+        for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call) and id(n) not in aside):
+            f = call.func
+            name = f.attr if isinstance(f, ast.Attribute) else \
+                f.id if isinstance(f, ast.Name) and f.id not in own | {fn.name} else ""
+            if name in wanted:
+                found.append(f"{ast.unparse(f)}(...)")
+    return list(dict.fromkeys(found))
+
+
 def _assigned_names(source: str) -> list[str]:
     """Top-level names a cell's code binds (for spotting a misspelled name)."""
     try:
@@ -522,6 +552,10 @@ def _facts(lesson, cap, step, ns, inputs, watched, before, source, raised="") ->
                                lesson.by_cell[step].names)
         if discarded:
             out["replay.discarded"] = np.array(discarded, dtype=str)
+        written = _builtins_in_defs(source, lesson.official,
+                                    lesson.facts.get("builtin_softmax", ()))
+        if written:
+            out["replay.builtin_written"] = np.array(written, dtype=str)
         names = lesson.by_cell[step].names
         missing = [n for n in names if ns.get(n) is None]
         try:  # (a cell that does not parse binds nothing we can read)

@@ -385,6 +385,26 @@ attempt("dropout on the weights (blind set 15)", expect={"attention_weights": "d
 attempt("an output projection after the product (blind set 21)",
         expect={"attended_values": "after_the_product"},
         cell7="attended_values = v_proj(attention_weights @ value)")
+attempt("an epsilon of 1e-4 in the row sums (blind set 22)",
+        expect={"attention_weights": "imprecise"},
+        softmax=SM + """\
+    m = x.amax(dim=dim, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(x - m)
+    return e / (e.sum(dim=dim, keepdim=True) + 1e-4)""")
+attempt("projections in float16 (blind set 22)", expect={"projections": "wrong_dtype"},
+        cell4=projections(lambda layer: f"{layer}(x).half()"))
+attempt("a torch.softmax fallback in an except branch (blind set 22)",
+        expect={"softmax": "uses_builtin_softmax"},
+        softmax=SM + """\
+    try:
+        m = x.amax(dim=dim, keepdim=True)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        e = torch.exp(x - m)
+        s = e.sum(dim=dim, keepdim=True)
+        return e / torch.where(s == 0, torch.ones_like(s), s)
+    except RuntimeError:
+        return torch.softmax(x, dim=dim)""")
 attempt("dropout on the output", expect={"attended_values": "dropout_applied"},
         cell7="attended_values = torch.nn.Dropout(0.2)(attention_weights @ value)")
 attempt("value never assigned (blind set 18)", expect={"projections": "never_assigned"},

@@ -180,10 +180,14 @@ attention_weights = softmax(attention_scores, dim=-1)
     ("torch.special", "    return torch.special.softmax(x, dim)", "uses_builtin_softmax"),
     ("softmin of the negation", "    return torch.nn.functional.softmin(-x, dim)",
      "uses_builtin_softmax"),
+    # (a built-in softmax written in the function is named as such, run or not)
     ("recording switched off", "    with torch.no_grad():\n        return torch.softmax(x, dim)",
-     "softmax_leaves_autograd"),
+     "uses_builtin_softmax"),
     ("the inference mode", "    with torch.inference_mode():\n"
-     "        return torch.softmax(x, dim).clone()", "softmax_leaves_autograd"),
+     "        return torch.softmax(x, dim).clone()", "uses_builtin_softmax"),
+    ("recording switched off around your own softmax", "    with torch.no_grad():\n"
+     "        e = torch.exp(x - x.amax(dim, keepdim=True))\n"
+     "        return e / e.sum(dim, keepdim=True)", "softmax_leaves_autograd"),
     ("the course's own library", "    from src.attention import softmax as lib\n"
      "    return torch.from_numpy(lib(x.detach().numpy(), axis=dim))",
      "softmax_runs_course_code"),  # (it also leaves autograd: the first is named)

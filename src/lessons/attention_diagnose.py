@@ -237,7 +237,9 @@ def provenance(lesson, r, name, view):
         return []
     layer = f"{name[0]}_proj"
     if view.grads:
-        wrong = _provenance(lesson, name, view.grads)
+        # (a half-precision result's gradients are rounded as its values are)
+        wrong = _provenance(lesson, name, view.grads,
+                            lesson.tolerances["low"].get(view.dtype, dict(rtol=1e-3, atol=1e-4)))
         if wrong and view.requires_grad and view.grad_fn and not any(
                 np.any(g) for g in view.grads.values()) and "copied_layer" in lesson.mistakes:
             # (computed in a graph, but of no layer's: a leaf was cut off, not copied)
@@ -255,7 +257,7 @@ def provenance(lesson, r, name, view):
     return []
 
 
-def _provenance(lesson, name, grads):
+def _provenance(lesson, name, grads, tol):
     """The first parameter whose gradient (see src/replay.py) differs from q_proj(x)'s, or
     "" when all agree: query = q_proj(x) has d/dW = Gᵀx, d/db = ΣG, and 0 for the rest."""
     d_k = lesson.facts["d_k"]
@@ -266,8 +268,7 @@ def _provenance(lesson, name, grads):
         for part, want in (("weight", g.T @ x), ("bias", g.sum(0))):
             got = grads.get(f"{layer}.{part}")
             want = want if mine else np.zeros_like(want)
-            if got is None or got.shape != want.shape or not _close(got, want, dict(
-                    rtol=1e-3, atol=1e-4)):
+            if got is None or got.shape != want.shape or not _close(got, want, tol):
                 return f"{layer}.{part}"
     return ""
 
@@ -444,6 +445,11 @@ def _softmax_verdict(lesson, r, strict, cell):
                                  if c.split(".")[-1] in lesson.facts["builtin_softmax"]))
     if builtin:
         return "uses_builtin_softmax", f"your softmax calls {', '.join(builtin)}."
+    written = r.strings("replay.builtin_written")
+    if written:  # (in a branch our inputs never reach: still in the function)
+        return "uses_builtin_softmax", (f"your softmax's code calls `{written[0]}`, a "
+                                        "built-in softmax (whether or not its result "
+                                        "reached our inputs' outputs).")
     course = r.strings("softmax.course_code")
     if course:
         return ("softmax_runs_course_code", f"calling your softmax runs {course[0]}, "

@@ -569,10 +569,20 @@ _m("not_a_tensor", "any", "a NumPy array instead of a torch tensor",
    "stay in torch: no .numpy(); use torch operations (torch.exp, @, .transpose)",
    kind="not_a_tensor", cost=HALF)
 _m("imprecise", "any", "close, but not to float32 precision",
-   "the values agree to about 4 digits but not to float32 precision: a rounded constant "
-   "(such as 7.99 for √64) or a lower-precision step",
-   "use math.sqrt(d_k) and keep the tensors in float32", kind="imprecise", cost=HALF,
-   strict_only=True)
+   "the values agree to about 4 digits but not to float32 precision: {example}",
+   "{example}", kind="imprecise", cost=HALF, strict_only=True,
+   examples={"any": "find the step that changes the last digits (a rounded constant, a "
+                    "lower precision) and keep every step in float32",
+             "attention_scores": "use math.sqrt(d_k), not a rounded √d_k, and keep the "
+                                 "tensors in float32",
+             "attention_weights": "find what in your softmax changes the last digits (a "
+                                  "small number added to the sums or the exponentials, a "
+                                  "lower precision) and leave it out"},
+   causes={"any": "a rounded constant or a lower-precision step",
+           "attention_scores": "a rounded constant (such as 7.99 for √64) or a "
+                               "lower-precision step",
+           "attention_weights": "a small number added in the softmax (to the row sums or the "
+                                "exponentials), or a lower-precision step"})
 _m("nan_or_inf", "any", "NaN or inf in the result",
    "an overflow (exp of a large number) or a division by zero",
    "{example}",

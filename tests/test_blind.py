@@ -88,7 +88,9 @@ DECIDED = {"attempts.json": {},
            # measured as committed, before any tuning to it (internals.md, "Set 22"): b22-053
            # (a torch.softmax fallback that never ran) was a false positive, named since
            "attempts22.json": {("b22-005", "6"): "logsumexp_softmax",
-                               ("b22-019", "6"): "logsumexp_softmax"}}
+                               ("b22-019", "6"): "logsumexp_softmax"},
+           # measured as committed, before any tuning to it (internals.md, "Set 23")
+           "attempts23.json": {("b23-010", "6"): "logsumexp_softmax"}}
 
 
 def test_every_decision_is_the_specs_and_the_docs_state_it():

@@ -15,7 +15,7 @@ PASTED = ("attempts7.json", "attempts8.json", "attempts9.json", "attempts10.json
           "multihead4.json", "multihead5.json", "multihead6.json", "multihead7.json",
           "attempts13.json", "attempts14.json", "attempts15.json", "attempts16.json",
           "attempts17.json", "attempts18.json", "attempts19.json", "attempts20.json",
-          "attempts21.json", "attempts22.json")
+          "attempts21.json", "attempts22.json", "attempts23.json")
 
 
 @pytest.mark.parametrize("name", PASTED)

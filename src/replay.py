@@ -535,6 +535,9 @@ def _facts(lesson, cap, step, ns, inputs, watched, before, source, raised="") ->
                            and bool(cap.equal(watched[n].detach(), old)))]
         if mutated:
             out["replay.mutated"] = np.array(mutated, dtype=str)
+        reshaped = [n for n in mutated if tuple(watched[n].shape) != tuple(before[n].shape)]
+        if reshaped:  # (transpose_, squeeze_: the same numbers, another shape)
+            out["replay.reshaped"] = np.array(reshaped, dtype=str)
         # (a name an earlier cell made, bound anew: later cells, and this one run twice,
         # see another tensor under it)
         rebound = [n for n in before if n in ns and ns[n] is not watched[n]

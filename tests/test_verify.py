@@ -919,3 +919,14 @@ def test_a_result_computed_and_kept_nowhere_is_said_beside_the_mistake():
     right = replay.replay_step(verify.LESSON, "cell5_scores", source.replace(
         "attention_scores = scores", "attention_scores = scores / 8"), release_setup())
     assert verify.judge_replay("cell5_scores_test", right, strict=True).passed  # (no noise)
+
+
+def test_an_input_reshaped_in_place_is_told_as_another_shape():
+    """key.transpose_ in Cell 5: the same numbers in another shape, not "other numbers"."""
+    from tests.corpus import release_setup
+
+    src = "key.transpose_(-2, -1)\nattention_scores = query @ key / math.sqrt(d_k)\n"
+    data = replay.replay_step(verify.LESSON, "cell5_scores", src, release_setup())
+    (result,) = verify.judge_replay("cell5_scores_test", data, strict=True).results
+    assert result.mistake == "changes_input", str(result)
+    assert "`key` had another shape than before" in result.message, result.message

@@ -142,6 +142,7 @@ class _Cell:
     rebound: tuple = ()  # names of earlier cells the cell assigned anew
     aliased: tuple = ()  # the cell's own names bound to one and the same tensor
     unassigned: tuple = ()  # the cell's own names that no line of it binds
+    reshaped: tuple = ()  # inputs whose shape the cell changed in place (transpose_)
 
     @classmethod
     def read(cls, r, number):
@@ -152,7 +153,8 @@ class _Cell:
                    tuple(r.strings("replay.mutated")), r.flag("replay.own"),
                    tuple(made) if len(made) == 2 else (),
                    tuple(r.strings("replay.discarded")), tuple(r.strings("replay.rebound")),
-                   tuple(r.strings("replay.aliased")), tuple(r.strings("replay.unassigned")))
+                   tuple(r.strings("replay.aliased")), tuple(r.strings("replay.unassigned")),
+                   tuple(r.strings("replay.reshaped")))
 
     def said(self):
         at = f" at `{_short(self.line, LIMITS['line'])}`" if self.line else ""
@@ -239,7 +241,9 @@ def _result(lesson, check, findings, ok_message, notes, cell, seen):
     if cell.replayed and cell.mutated and check.kind != "function" and \
             not check.uses_function:  # (then the function's own mistake, charged there)
         changed = _listing(cell.mutated)
-        said = f"after your Cell {cell.number} ran, {changed} held other numbers than before."
+        what = "had another shape" if set(cell.mutated) <= set(cell.reshaped) else \
+            "held other numbers"
+        said = f"after your Cell {cell.number} ran, {changed} {what} than before."
         if not failures:
             charged.setdefault("changes_input", said)
         elif failures[0][1].mistake is None or mistakes[failures[0][1].mistake].kind in (

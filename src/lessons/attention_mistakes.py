@@ -160,8 +160,8 @@ _m("detached_projection", "projections", "a projection detached from its layer",
    "the values are right, but the tensor does not come from the layer's parameters in "
    "the autograd graph (.detach(), torch.no_grad(), .data, or rebuilt from numbers), "
    "so training could never change it",
-   "call the layer outside torch.no_grad() and without .detach()",
-   kind="detached", cost=HALF, strict_only=True)
+   "call the layer outside torch.no_grad(), with no .detach(), NumPy or torch.tensor(...) "
+   "rebuilding", kind="detached", cost=HALF, strict_only=True)
 
 # Cell 5 — scores.
 def _raw(inp):
@@ -214,9 +214,9 @@ _m("causal_mask", "attention_scores", "a mask in the scores",
    "remove the mask: in this lesson every token attends to all six, so no score is set to -inf",
    reproduce=_causal, shows="Q Kᵀ/√d_k with the entries above the diagonal masked")
 _m("no_scaling", "attention_scores", "the scores are not scaled by 1/√d_k",
-   "the scores equal Q Kᵀ, √d_k = 8 times too large (no division, or a division by √1: "
-   "len() and shape[0] of a [1, 6, 64] tensor give its batch size, 1); the softmax will "
-   "be too peaked",
+   "the scores equal Q Kᵀ, √d_k = 8 times too large (no division, or a division by 1: "
+   "len() and shape[0] of a [1, 6, 64] tensor give its batch size, 1, and d_k ** (1 // 2) "
+   "is d_k ** 0, since // rounds 1/2 down to 0); the softmax will be too peaked",
    "divide by math.sqrt(d_k), with d_k = key.shape[-1] = 64", factor=math.sqrt(D_K))
 _m("scaled_by_dk", "attention_scores", "the scores are divided by d_k instead of √d_k",
    "the scores equal Q Kᵀ/64, 8 times too small: divided by d_k = 64 instead of "
@@ -1011,8 +1011,8 @@ _m("undefined_name", "any", "the cell uses a name it does not define",
    example=("NameError: name 'scale' is not defined",
             "attention_scores = query @ key.transpose(-2, -1) * scale"))
 _m("changes_input", "any", "the cell changes an input in place",
-   "an in-place operation (x /= ..., .mul_(), .data = ...) overwrote a tensor this cell "
-   "was given, so every later use of it sees other numbers",
+   "an in-place operation (x /= ..., .mul_(), .transpose_(), .data = ...) overwrote a "
+   "tensor this cell was given, so every later use of it sees other numbers or shapes",
    "leave this cell's inputs as they are: drop changes the formula lacks; for a changed "
    "copy, make a new tensor (y = x / n, not x /= n)",
    kind="mutated_input",

@@ -59,6 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
+from src.checks.shapes import cropped
 from src.checks.util import output_gradient
 from src.limits import LIMITS as _LIMITS
 
@@ -555,6 +556,13 @@ def _facts(lesson, cap, step, ns, inputs, watched, before, source, raised="") ->
                                lesson.by_cell[step].names)
         if discarded:
             out["replay.discarded"] = np.array(discarded, dtype=str)
+        seen_shapes = {n: tuple(v.shape) for n, v in ns.items()
+                       if n in lesson.official and cap.is_tensor(v)}
+        cut = cropped(source, seen_shapes, {n: lesson.shapes[n]
+                                            for n in lesson.by_cell[step].names
+                                            if n in lesson.shapes})
+        if cut:  # [name, product, its shape, index] of each
+            out["replay.cropped"] = np.array([str(p) for c in cut for p in c], dtype=str)
         written = _builtins_in_defs(source, lesson.official,
                                     lesson.facts.get("builtin_softmax", ()))
         if written:

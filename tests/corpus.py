@@ -405,6 +405,9 @@ attempt("a torch.softmax fallback in an except branch (blind set 22)",
         return e / torch.where(s == 0, torch.ones_like(s), s)
     except RuntimeError:
         return torch.softmax(x, dim=dim)""")
+attempt("a corner cut out of a [64, 64] product (blind set 23)",
+        expect={"attention_scores": "cut_from_product"},
+        cell5="attention_scores = (query.transpose(-2, -1) @ key)[:, :6, :6] / math.sqrt(d_k)")
 attempt("dropout on the output", expect={"attended_values": "dropout_applied"},
         cell7="attended_values = torch.nn.Dropout(0.2)(attention_weights @ value)")
 attempt("value never assigned (blind set 18)", expect={"projections": "never_assigned"},

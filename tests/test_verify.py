@@ -143,6 +143,8 @@ BEHAVIOUR_CODE = {
                          "attention_weights.sum(dim=1).unsqueeze(-1)"},
     "weights_changed": {"cell7_values": "attended_values = torch.softmax(attention_weights, -1)"
                         " @ value"},
+    "cut_from_product": {"cell5_scores": "attention_scores = (query.transpose(-2, -1) @ key)"
+                         "[:, :6, :6] / math.sqrt(d_k)"},
     "dropout_applied": {"cell7_values": "attended_values = torch.nn.functional.dropout("
                         "attention_weights @ value, p=0.25)"},
     "rounded": {"cell5_scores": "attention_scores = torch.round(query @ key.transpose(-2, -1)"

@@ -1201,6 +1201,13 @@ def _judge_output(lesson, check, name, view, contexts, strict, inputs, cell):
         f.seen = f"{cell.said()}; `{name}` holds a value that is not right (maybe from before)."
     if f.mistake is not None:
         return f
+    cut = next((c for c in cell.cropped if c[0] == name), None)
+    if cut and "cut_from_product" in lesson.mistakes:  # (read from the line, not guessed)
+        f.mistake = "cut_from_product"
+        f.seen = (f"`{name}` is `({cut[1]})[{cut[3]}]`: a part of a product of shape "
+                  f"{cut[2]}, where the formula's product has the shape "
+                  f"{list(lesson.shapes[name])} by itself.")
+        return f
     expected = contexts[0].expected(name)
     found = _fewer(lesson, name, arr, expected) if arr.shape != expected.shape else None
     if found:

@@ -243,3 +243,36 @@ def product_repair(line: str, shapes: dict, wants: dict | None = None):
                               if change == "swapped" else f"`{ast.unparse(operand)}`"))
         return found[0] if len(found) == 1 else None
     return None
+
+
+def _has_product(node) -> bool:
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult) or (
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        and n.func.attr in ("matmul", "bmm", "einsum")) for n in ast.walk(node))
+
+
+def cropped(source: str, shapes: dict, wants: dict) -> list:
+    """[(name, product source, its shape, the index)] for each top-level assignment in
+    ``source`` to a name of ``wants`` ({name: shape}) whose value indexes a part out of a
+    matrix product of another shape than that name's (``(query.T @ key)[:, :6, :6]``: a
+    [1, 64, 64] product cut to [1, 6, 6]). Shapes are read as :func:`shape_of` reads them."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    out = []
+    for stmt in tree.body:
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id in wants):
+            continue
+        for node in ast.walk(stmt.value):
+            if isinstance(node, ast.Subscript) and _has_product(node.value):
+                inner = shape_of(node.value, shapes)
+                want = tuple(wants[stmt.targets[0].id])
+                if inner is not None and len(inner) == len(want) and tuple(inner) != want:
+                    index = node.slice.elts if isinstance(node.slice, ast.Tuple) else \
+                        [node.slice]
+                    out.append((stmt.targets[0].id, ast.unparse(node.value), list(inner),
+                                ", ".join(ast.unparse(i) for i in index)))
+                    break
+    return out

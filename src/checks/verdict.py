@@ -143,6 +143,7 @@ class _Cell:
     aliased: tuple = ()  # the cell's own names bound to one and the same tensor
     unassigned: tuple = ()  # the cell's own names that no line of it binds
     reshaped: tuple = ()  # inputs whose shape the cell changed in place (transpose_)
+    cropped: tuple = ()  # (name, product, its shape, index): a part cut out of a product
 
     @classmethod
     def read(cls, r, number):
@@ -154,7 +155,9 @@ class _Cell:
                    tuple(made) if len(made) == 2 else (),
                    tuple(r.strings("replay.discarded")), tuple(r.strings("replay.rebound")),
                    tuple(r.strings("replay.aliased")), tuple(r.strings("replay.unassigned")),
-                   tuple(r.strings("replay.reshaped")))
+                   tuple(r.strings("replay.reshaped")),
+                   tuple(tuple(r.strings("replay.cropped")[i:i + 4])
+                         for i in range(0, len(r.strings("replay.cropped")), 4)))
 
     def said(self):
         at = f" at `{_short(self.line, LIMITS['line'])}`" if self.line else ""

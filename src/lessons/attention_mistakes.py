@@ -697,6 +697,12 @@ _m("operands_swapped", "any", "the product's two operands are the wrong way roun
    example=("RuntimeError: Expected size for first two dimensions of batch2 tensor to be: "
             "[1, 64] but got: [1, 6].",
             "attended_values = torch.matmul(value.clone(), attention_weights)"))
+_m("cut_from_product", "any", "a part cut out of a product of another shape",
+   "the line's product does not have the result's shape, and indexing cut a part of it to "
+   "fit: a wrong operand order or transpose gives a bigger (or smaller) product, and no "
+   "part of it holds the formula's numbers",
+   "make the product itself have the result's shape, with no slicing: check which operand "
+   "is transposed and the operands' order", kind="behaviour")
 _m("operand_transposed", "any", "an operand of the product is transposed",
    "the line transposes a tensor that the formula uses as it is, so the product's inner "
    "sizes no longer match; without that transpose the product fits and has the result's "
